@@ -1,0 +1,353 @@
+"""The DuckDB catalog: every SQL statement kdb runs outside schema/ lives in this module."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
+
+# Users open the catalog with the DuckDB shell they have (duckdb-cli 1.5.x on PyPI today); a newer
+# library must not upgrade the file's storage format past what that shell reads.
+STORAGE_VERSION = "v1.5.0"
+BUSY_POLL_S = 0.2
+
+MIGRATIONS_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       VARCHAR NOT NULL,
+    applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP)
+)
+"""
+
+
+def schema_files() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) for every numbered schema file, in order."""
+    out = []
+    for entry in resources.files("kdb.schema").iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:3].isdigit():
+            out.append((int(name[:3]), name, entry.read_text()))
+    return sorted(out)
+
+
+def _is_lock_conflict(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
+
+
+@dataclass
+class Table:
+    """Rows for one table, column-wise, ready for a single bulk insert."""
+
+    name: str
+    columns: list[str]
+    data: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data = {c: [] for c in self.columns}
+
+    def add(self, **row: Any) -> None:
+        for c in self.columns:
+            self.data[c].append(row.get(c))
+
+    def __len__(self) -> int:
+        return len(self.data[self.columns[0]]) if self.columns else 0
+
+
+class Catalog:
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+        self.con = con
+        self.path = path
+        self.read_only = read_only
+
+    # -- opening ---------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: Path, *, read_only: bool = False, wait_s: float = 10.0) -> Catalog:
+        """Open (creating and migrating when writable) the catalog, retrying while another process holds it."""
+        if not path.exists():
+            if read_only:
+                raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
+            cls._create(path)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                con = duckdb.connect(str(path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if not _is_lock_conflict(exc):
+                    raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+                if time.monotonic() >= deadline:
+                    raise CatalogBusy(f"catalog busy: {path} is held by another process (waited {wait_s:g} s)") from None
+                time.sleep(BUSY_POLL_S)
+            except duckdb.Error as exc:
+                raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+        catalog = cls(con, path, read_only)
+        if not read_only:
+            catalog.migrate()
+        else:
+            catalog._check_migrated()
+        return catalog
+
+    @staticmethod
+    def _create(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".creating")
+        tmp.unlink(missing_ok=True)
+        con = duckdb.connect()
+        try:
+            con.execute("ATTACH ? AS fresh (STORAGE_VERSION ?)", [str(tmp), STORAGE_VERSION])
+            con.execute("DETACH fresh")
+        finally:
+            con.close()
+        # Created under a temporary name so a crash never leaves a half-made catalog under the real one.
+        tmp.replace(path)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- migrations ------------------------------------------------------------------------------
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        return self.con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+
+    def migrate(self) -> list[str]:
+        self.con.execute(MIGRATIONS_TABLE_DDL)
+        done = {v for v, _ in self.applied_migrations()}
+        applied = []
+        for version, name, sql in schema_files():
+            if version in done:
+                continue
+            with self.transaction():
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+            applied.append(name)
+        return applied
+
+    def _check_migrated(self) -> None:
+        try:
+            done = {v for v, _ in self.applied_migrations()}
+        except duckdb.CatalogException:
+            done = set()
+        missing = [name for version, name, _ in schema_files() if version not in done]
+        if missing:
+            raise UsageError(f"catalog {self.path} needs migration ({', '.join(missing)}): run any writing kdb command, e.g. `kdb verify`")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    # -- generic bulk insert ---------------------------------------------------------------------
+    def _column_types(self, table: str) -> dict[str, str]:
+        rows = self.con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]
+        ).fetchall()
+        return dict(rows)
+
+    def insert(self, table: Table) -> None:
+        if not len(table):
+            return
+        types = self._column_types(table.name)
+        selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
+        cols = ", ".join(table.columns)
+        self.con.execute(
+            f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
+            [table.data[c] for c in table.columns],
+        )
+
+    # -- snapshots -------------------------------------------------------------------------------
+    def snapshot_id(self, tag: str) -> int | None:
+        row = self.con.execute("SELECT snapshot_id FROM snapshots WHERE tag = ?", [tag]).fetchone()
+        return row[0] if row else None
+
+    def require_snapshot(self, tag: str) -> int:
+        sid = self.snapshot_id(tag)
+        if sid is None:
+            raise TagError(f"no snapshot tagged {tag!r} (see `kdb tags`)")
+        return sid
+
+    def known_blobs(self, hashes: Sequence[str]) -> set[str]:
+        if not hashes:
+            return set()
+        rows = self.con.execute("SELECT hash FROM blobs WHERE hash IN (SELECT unnest(?::VARCHAR[]))", [list(hashes)])
+        return {r[0] for r in rows.fetchall()}
+
+    def write_snapshot(self, snapshot: dict[str, Any], tables: Sequence[Table], *, replace: bool) -> int:
+        """Record a whole snapshot in one transaction: it appears completely or not at all."""
+        with self.transaction():
+            old = self.snapshot_id(snapshot["tag"])
+            if old is not None:
+                if not replace:
+                    raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
+                self._delete_snapshot_rows(old)
+            sid = self.con.execute("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots").fetchone()[0]
+            labels = snapshot.get("labels") or {}
+            self.con.execute(
+                """
+                INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
+                    triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
+                    stored_bytes, new_bytes, labels)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, MAP(?::VARCHAR[], ?::VARCHAR[]))
+                """,
+                [
+                    sid, snapshot["tag"], snapshot["created_at"], snapshot["source_path"], snapshot["host"],
+                    snapshot["kdb_version"], snapshot["triton_versions"], snapshot["targets"],
+                    snapshot["kernel_count"], snapshot["file_count"], snapshot["problem_count"],
+                    snapshot["raw_bytes"], snapshot["stored_bytes"], snapshot["new_bytes"],
+                    list(labels.keys()), list(labels.values()),
+                ],
+            )
+            for table in tables:
+                if "snapshot_id" in table.columns:
+                    table.data["snapshot_id"] = [sid] * len(table)
+                if table.name == "blobs":
+                    self._insert_new_blobs(table)
+                else:
+                    self.insert(table)
+        return sid
+
+    def _insert_new_blobs(self, table: Table) -> None:
+        known = self.known_blobs(table.data["hash"])
+        fresh = Table(table.name, table.columns)
+        seen: set[str] = set()
+        for i, digest in enumerate(table.data["hash"]):
+            if digest not in known and digest not in seen:
+                seen.add(digest)
+                fresh.add(**{c: table.data[c][i] for c in table.columns})
+        self.insert(fresh)
+
+    SNAPSHOT_TABLES = ("files", "kernel_folders", "file_problems")
+
+    def _snapshot_tables(self) -> list[str]:
+        rows = self.con.execute(
+            "SELECT DISTINCT table_name FROM information_schema.columns "
+            "WHERE column_name = 'snapshot_id' AND table_name <> 'snapshots' "
+            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
+        ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def _delete_snapshot_rows(self, sid: int) -> None:
+        for table in self._snapshot_tables():
+            self.con.execute(f"DELETE FROM {table} WHERE snapshot_id = ?", [sid])
+        self.con.execute("DELETE FROM snapshots WHERE snapshot_id = ?", [sid])
+
+    def delete_snapshot(self, tag: str) -> None:
+        with self.transaction():
+            self._delete_snapshot_rows(self.require_snapshot(tag))
+
+    def replace_analysis(self, sid: int, tables: Sequence[Table]) -> None:
+        """Swap a snapshot's derived rows (analysis tables) in one transaction, for `kdb reindex`."""
+        with self.transaction():
+            for table in tables:
+                self.con.execute(f"DELETE FROM {table.name} WHERE snapshot_id = ?", [sid])
+                table.data["snapshot_id"] = [sid] * len(table)
+                self.insert(table)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    SNAPSHOT_COLUMNS = """
+        tag, created_at, source_path, host, kdb_version, triton_versions, targets, kernel_count,
+        file_count, problem_count, raw_bytes, stored_bytes, new_bytes, labels
+    """
+
+    def list_snapshots(self) -> list[dict[str, Any]]:
+        return self._dicts(f"SELECT {self.SNAPSHOT_COLUMNS} FROM snapshots ORDER BY created_at, tag")
+
+    def get_snapshot(self, tag: str) -> dict[str, Any]:
+        self.require_snapshot(tag)
+        return self._dicts(f"SELECT {self.SNAPSHOT_COLUMNS} FROM snapshots WHERE tag = ?", [tag])[0]
+
+    def snapshot_files(self, tag: str) -> list[dict[str, Any]]:
+        sid = self.require_snapshot(tag)
+        return self._dicts("SELECT path, hash, size, kind, cache_key FROM files WHERE snapshot_id = ? ORDER BY path", [sid])
+
+    def snapshot_file(self, tag: str, path: str) -> dict[str, Any] | None:
+        sid = self.require_snapshot(tag)
+        rows = self._dicts("SELECT path, hash, size, kind FROM files WHERE snapshot_id = ? AND path = ?", [sid, path])
+        return rows[0] if rows else None
+
+    def kind_counts(self, tag: str) -> list[dict[str, Any]]:
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT kind, count(*) AS files, sum(size) AS bytes FROM files WHERE snapshot_id = ? GROUP BY kind ORDER BY kind",
+            [sid],
+        )
+
+    def snapshot_problems(self, tag: str) -> list[dict[str, Any]]:
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT path, cache_key, stage, reason FROM file_problems WHERE snapshot_id = ? ORDER BY path, stage", [sid]
+        )
+
+    def referenced_blobs(self) -> list[dict[str, Any]]:
+        """Every blob the catalog refers to, with the size files say it has and how many files use it."""
+        return self._dicts(
+            """
+            SELECT f.hash, any_value(f.size) AS size, count(DISTINCT f.size) AS sizes, count(*) AS refs,
+                   any_value(s.tag || ':' || f.path) AS example, (b.hash IS NULL) AS unrecorded
+            FROM files f JOIN snapshots s USING (snapshot_id) LEFT JOIN blobs b ON b.hash = f.hash
+            GROUP BY f.hash, b.hash ORDER BY f.hash
+            """
+        )
+
+    def dangling_rows(self) -> list[str]:
+        """Rows that name a snapshot that does not exist: a sign of a catalog damaged outside kdb."""
+        out = []
+        for table in self._snapshot_tables():
+            n = self.con.execute(
+                f"SELECT count(*) FROM {table} WHERE snapshot_id NOT IN (SELECT snapshot_id FROM snapshots)"
+            ).fetchone()[0]
+            if n:
+                out.append(f"{table}: {n} rows name no snapshot")
+        return out
+
+    def all_blob_hashes(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT hash FROM blobs").fetchall()}
+
+    def drop_unreferenced_blobs(self) -> list[tuple[str, int]]:
+        with self.transaction():
+            rows = self.con.execute(
+                "SELECT hash, stored_size FROM blobs WHERE hash NOT IN (SELECT DISTINCT hash FROM files)"
+            ).fetchall()
+            self.con.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT DISTINCT hash FROM files)")
+        return rows
+
+    def snapshot_stored_bytes(self, tag: str) -> int:
+        sid = self.require_snapshot(tag)
+        return self.con.execute(
+            "SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = ?)",
+            [sid],
+        ).fetchone()[0]
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a user's SQL (the user's own text by design: `kdb sql`), on a read-only connection."""
+        try:
+            cur = self.con.execute(sql)
+        except duckdb.Error as exc:
+            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()

@@ -1,0 +1,42 @@
+"""Where kdb keeps its data: --home, else $KDB_HOME, else the platform's user data directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+CATALOG_NAME = "catalog.duckdb"
+OBJECTS_DIR = "objects"
+LOCK_NAME = "write.lock"
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("KDB_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("kdb", appauthor=False))
+
+
+class Home:
+    """A kdb home directory: `catalog.duckdb`, the blob store under `objects/`, and the writer lock."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / CATALOG_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / LOCK_NAME
+
+    @property
+    def store(self) -> "BlobStore":
+        from kdb.store import BlobStore
+
+        return BlobStore(self.root / OBJECTS_DIR)

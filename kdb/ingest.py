@@ -1,0 +1,235 @@
+"""Ingest orchestration: walk a cache, store every file's bytes, analyse kernel folders, record one snapshot.
+
+Order matters for crash safety: blobs are written (atomically) first, the catalog last, in one
+transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb gc` sweeps.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kdb import __version__
+from kdb.analysis import ANALYSIS_TABLES, FolderAnalysis, FolderFile, analyze_folder
+from kdb.catalog import Catalog, Table
+from kdb.errors import InputError, TagError, UsageError
+from kdb.home import Home
+from kdb.lock import write_lock
+from kdb.store import STREAM_THRESHOLD, BlobStore, hash_bytes
+from kdb.walker import WalkedFile, kernel_json, walk_cache
+
+# Real Triton artifacts are at most a few MB; a file this large is not one of them.
+DEFAULT_MAX_FILE_BYTES = 1 << 30
+# Below this many files a worker pool costs more than it saves.
+POOL_MIN_FILES = 200
+
+FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind", "cache_key"]
+BLOB_COLUMNS = ["hash", "size", "stored_size"]
+KERNEL_COLUMNS = [
+    "snapshot_id", "cache_key", "name", "backend", "arch", "warp_size", "num_warps", "num_stages", "num_ctas",
+    "waves_per_eu", "matrix_instr_nonkdim", "kpack", "shared", "triton_version", "triton_version_source",
+    "hash", "metadata",
+]
+PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
+
+ProgressFn = Callable[[int, int], None]  # (files done, bytes done)
+
+
+@dataclass
+class GroupResult:
+    files: list[dict[str, Any]] = field(default_factory=list)
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    analysis: FolderAnalysis | None = None
+    problems: list[tuple[str, str | None, str, str]] = field(default_factory=list)
+    new_bytes: int = 0
+    bytes_read: int = 0
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    tag: str
+    source: str
+    kernels: int
+    files: int
+    raw_bytes: int
+    new_bytes: int
+    stored_bytes: int
+    problems: int
+    seconds: float
+    problem_list: list[dict[str, Any]]
+
+
+def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile], max_bytes: int,
+                 analyze: bool) -> GroupResult:
+    """Runs in a worker: store a folder's files and analyse it if it is a kernel folder."""
+    store = BlobStore(Path(store_root))
+    out = GroupResult()
+    contents: list[FolderFile] = []
+    for f in files:
+        if f.size > max_bytes:
+            out.problems.append((f.rel, cache_key, "read", f"{f.size} bytes is larger than --max-file-size; not stored"))
+            continue
+        try:
+            if f.size > STREAM_THRESHOLD:
+                put = store.put_file(f.abspath, f.size)
+                data = None
+            else:
+                with open(f.abspath, "rb") as fh:
+                    data = fh.read(max_bytes + 1)
+                put = store.put_bytes(data, hash_bytes(data))
+        except OSError as exc:
+            out.problems.append((f.rel, cache_key, "read", f"cannot read: {exc.strerror or exc}"))
+            continue
+        out.files.append({"path": f.rel, "hash": put.digest, "size": put.size, "kind": f.kind, "cache_key": cache_key})
+        out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
+        out.bytes_read += put.size
+        if put.new:
+            out.new_bytes += put.stored_size
+        if data is not None:
+            contents.append(FolderFile(f.rel, f.kind, data))
+    if analyze and cache_key is not None:
+        json_file = kernel_json(files)
+        json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
+        if json_contents is not None:
+            out.analysis = analyze_folder(cache_key, json_contents, contents)
+            out.problems.extend((p, cache_key, stage, reason) for p, stage, reason in out.analysis.problems)
+    return out
+
+
+def _groups(files: list[WalkedFile]) -> list[tuple[str | None, list[WalkedFile], bool]]:
+    by_folder: dict[str | None, list[WalkedFile]] = {}
+    for f in files:
+        by_folder.setdefault(f.folder, []).append(f)
+    groups = []
+    for folder, group in sorted(by_folder.items(), key=lambda kv: kv[0] or ""):
+        groups.append((folder, group, folder is not None and kernel_json(group) is not None))
+    return groups
+
+
+def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile], bool]], max_bytes: int,
+                workers: int) -> Iterator[GroupResult]:
+    total_files = sum(len(g[1]) for g in groups)
+    if workers <= 1 or total_files < POOL_MIN_FILES:
+        for key, files, analyze in groups:
+            yield _store_group(str(store_root), key, files, max_bytes, analyze)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze)
+                   for key, files, analyze in groups]
+        for fut in futures:
+            yield fut.result()
+
+
+def validate_tag(tag: str) -> str:
+    if not tag or not tag.strip() or tag != tag.strip() or any(c in tag for c in "\n\r\t"):
+        raise UsageError(f"invalid tag {tag!r}: use a non-empty name without surrounding spaces")
+    return tag
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"invalid label {pair!r}: expected key=value")
+        labels[key] = value
+    return labels
+
+
+def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None = None, replace: bool = False,
+           workers: int | None = None, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+           progress: Callable[[int, int, int, int], None] | None = None, lock_wait_s: float = 600.0) -> IngestSummary:
+    validate_tag(tag)
+    started = time.monotonic()
+    walk = walk_cache(source)
+    groups = _groups(walk.files)
+    if not any(analyze for _, _, analyze in groups):
+        raise InputError(f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)")
+    workers = workers or os.cpu_count() or 1
+    total_files = len(walk.files)
+    total_bytes = sum(f.size for f in walk.files)
+
+    with write_lock(home.lock_path, lock_wait_s):
+        with Catalog.open(home.catalog_path) as catalog:
+            if catalog.snapshot_id(tag) is not None and not replace:
+                raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
+        home.store.ensure()
+
+        files = Table("files", FILE_COLUMNS)
+        blobs = Table("blobs", BLOB_COLUMNS)
+        kernels = Table("kernel_folders", KERNEL_COLUMNS)
+        problems = Table("file_problems", PROBLEM_COLUMNS)
+        analysis_tables: dict[str, list[dict[str, Any]]] = {}
+        for p in walk.problems:
+            problems.add(path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None, stage="walk", reason=p.reason)
+        new_bytes = 0
+        done_files = done_bytes = 0
+        for result in _run_groups(home.store.root, groups, max_file_bytes, workers):
+            for row in result.files:
+                files.add(**row)
+            for row in result.blobs:
+                blobs.add(**row)
+            for path, key, stage, reason in result.problems:
+                problems.add(path=path, cache_key=key, stage=stage, reason=reason)
+            if result.analysis is not None and result.analysis.kernel is not None:
+                kernels.add(**result.analysis.kernel)
+                for table, rows in result.analysis.rows.items():
+                    analysis_tables.setdefault(table, []).extend(rows)
+            new_bytes += result.new_bytes
+            done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
+            done_bytes += result.bytes_read
+            if progress:
+                progress(done_files, total_files, done_bytes, total_bytes)
+
+        stored = {}
+        for digest, stored_size in zip(blobs.data["hash"], blobs.data["stored_size"]):
+            stored[digest] = stored_size
+        targets = sorted({f"{b}:{a}:{w}" for b, a, w in zip(kernels.data["backend"], kernels.data["arch"], kernels.data["warp_size"]) if b})
+        versions = sorted({v for v in kernels.data["triton_version"] if v})
+        snapshot = {
+            "tag": tag,
+            "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
+            "source_path": str(source.resolve()),
+            "host": socket.gethostname(),
+            "kdb_version": __version__,
+            "triton_versions": versions,
+            "targets": targets,
+            "kernel_count": len(kernels),
+            "file_count": len(files),
+            "problem_count": len(problems),
+            "raw_bytes": sum(files.data["size"]),
+            "stored_bytes": sum(stored.values()),
+            "new_bytes": new_bytes,
+            "labels": labels or {},
+        }
+        tables = [files, blobs, kernels, problems] + analysis_rows_to_tables(analysis_tables)
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+            catalog.write_snapshot(snapshot, tables, replace=replace)
+    problem_list = [
+        {"path": p, "cache_key": k, "stage": s, "reason": r}
+        for p, k, s, r in zip(problems.data["path"], problems.data["cache_key"], problems.data["stage"], problems.data["reason"])
+    ]
+    return IngestSummary(
+        tag=tag, source=str(source), kernels=len(kernels), files=len(files), raw_bytes=snapshot["raw_bytes"],
+        new_bytes=new_bytes, stored_bytes=snapshot["stored_bytes"], problems=len(problems),
+        seconds=time.monotonic() - started, problem_list=problem_list,
+    )
+
+
+def analysis_rows_to_tables(rows_by_table: dict[str, list[dict[str, Any]]]) -> list[Table]:
+    from kdb.analysis import TABLE_COLUMNS
+
+    tables = []
+    for name in ANALYSIS_TABLES:
+        table = Table(name, ["snapshot_id", *TABLE_COLUMNS[name]])
+        for row in rows_by_table.get(name, []):
+            table.add(**row)
+        tables.append(table)
+    return tables

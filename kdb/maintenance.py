@@ -1,0 +1,180 @@
+"""Operations on stored snapshots: remove, garbage-collect, verify, export, read one file."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import zstandard
+
+from kdb.catalog import Catalog
+from kdb.errors import IntegrityError, UsageError
+from kdb.home import Home
+from kdb.lock import write_lock
+from kdb.store import TEMP_PREFIX, hash_bytes, is_blob_name
+
+# Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
+ORPHAN_MAX_BYTES = 1 << 30
+
+
+def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
+    with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+        catalog.delete_snapshot(tag)
+
+
+@dataclass(frozen=True)
+class GcResult:
+    blobs_deleted: int
+    bytes_freed: int
+    temporaries_deleted: int
+
+
+def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
+    """Delete blobs no snapshot references: catalog rows first, then files, so the catalog never names a missing blob."""
+    with write_lock(home.lock_path, lock_wait_s):
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+            catalog.drop_unreferenced_blobs()
+            keep = catalog.all_blob_hashes()
+        store = home.store
+        deleted = freed = temps = 0
+        for name, path in store.iter_blobs():
+            if path.name.startswith(TEMP_PREFIX):
+                freed += _unlink(path)
+                temps += 1
+            elif name not in keep:
+                freed += _unlink(path)
+                deleted += 1
+        return GcResult(deleted, freed, temps)
+
+
+def _unlink(path: Path) -> int:
+    try:
+        size = path.stat().st_size
+        path.unlink()
+        return size
+    except FileNotFoundError:
+        return 0
+
+
+@dataclass
+class VerifyReport:
+    blobs_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+    unreferenced: int = 0
+    unreferenced_bytes: int = 0
+    temporaries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(home: Home, lock_wait_s: float) -> VerifyReport:
+    """Re-hash every blob in the store and check that every catalog reference resolves to an intact blob."""
+    report = VerifyReport()
+    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+        refs = catalog.referenced_blobs()
+        report.problems.extend(catalog.dangling_rows())
+    store = home.store
+    referenced = {}
+    for ref in refs:
+        referenced[ref["hash"]] = ref
+        if ref["sizes"] != 1:
+            report.problems.append(f"blob {ref['hash']}: files record {ref['sizes']} different sizes")
+        if ref["unrecorded"]:
+            report.problems.append(f"blob {ref['hash']}: referenced by {ref['example']} but missing from the blobs table")
+        check = store.check(ref["hash"], ref["size"])
+        report.blobs_checked += 1
+        if check.problem:
+            report.problems.append(f"{check.problem} (used by {ref['example']})")
+    for name, path in store.iter_blobs():
+        if path.name.startswith(TEMP_PREFIX):
+            report.temporaries += 1
+            continue
+        if name in referenced:
+            continue
+        if not is_blob_name(name):
+            report.problems.append(f"unexpected file in the store: {path}")
+            continue
+        problem = _check_orphan(name, path)
+        report.blobs_checked += 1
+        if problem:
+            report.problems.append(problem)
+        else:
+            report.unreferenced += 1
+            report.unreferenced_bytes += path.stat().st_size
+    return report
+
+
+def _check_orphan(name: str, path: Path) -> str | None:
+    payload = path.read_bytes()
+    try:
+        claimed = zstandard.get_frame_parameters(payload).content_size
+        if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
+            return f"blob {name} is corrupted (bad frame header)"
+        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=claimed + 1)
+    except zstandard.ZstdError as exc:
+        return f"blob {name} is corrupted ({exc})"
+    actual = hash_bytes(data)
+    if actual != name:
+        return f"blob {name} holds the content of {actual} (renamed or corrupted)"
+    return None
+
+
+def safe_relative(path: str) -> PurePosixPath:
+    """A catalog path as a relative path that cannot climb out of the directory it is joined to."""
+    p = PurePosixPath(path)
+    if not path or p.is_absolute() or "\\" in path or "\0" in path or any(part in ("..", "") for part in path.split("/")):
+        raise IntegrityError(f"refusing unsafe path in catalog: {path!r}")
+    return p
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    files: int
+    bytes: int
+
+
+def export_snapshot(home: Home, tag: str, dest: Path, lock_wait_s: float) -> ExportResult:
+    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+        rows = catalog.snapshot_files(tag)
+    if dest.is_symlink():
+        raise UsageError(f"{dest}: destination is a symbolic link")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UsageError(f"{dest}: destination exists and is not an empty directory")
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    store = home.store
+    total = 0
+    for row in rows:
+        rel = safe_relative(row["path"])
+        data = store.get(row["hash"], row["size"])  # raises on any corruption before a byte is written
+        target = root.joinpath(*rel.parts)
+        _make_parents(root, target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".kdb-export-", dir=target.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+        total += len(data)
+    return ExportResult(len(rows), total)
+
+
+def _make_parents(root: Path, directory: Path) -> None:
+    """Create directories under root one by one, refusing any that is (or becomes) a symlink."""
+    rel = directory.relative_to(root)
+    current = root
+    for part in rel.parts:
+        current = current / part
+        if current.is_symlink():
+            raise IntegrityError(f"refusing to write through symbolic link {current}")
+        current.mkdir(exist_ok=True)
+
+
+def read_file(home: Home, tag: str, path: str, lock_wait_s: float) -> bytes:
+    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+        row = catalog.snapshot_file(tag, path)
+    if row is None:
+        raise UsageError(f"no file {path!r} in snapshot {tag!r}")
+    return home.store.get(row["hash"], row["size"])

@@ -1,0 +1,162 @@
+"""Renderers: pure functions from results to text (table, JSON, CSV, markdown). No printing here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+FORMATS = ("table", "json", "csv")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_json(document: Any) -> str:
+    return json.dumps(_jsonable(document), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_rich(renderable: Any, width: int = 100) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False).print(renderable)
+    return buf.getvalue()
+
+
+def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, width: int = 100) -> str:
+    t = RichTable(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*(_cell(v) for v in r))
+    return render_rich(t, width)
+
+
+def table_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([_cell(v) if not isinstance(v, (int, float)) else v for v in r])
+    return buf.getvalue()
+
+
+def table_markdown(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def esc(v: Any) -> str:
+        return _cell(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rows_as_dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(columns, r)) for r in rows]
+
+
+def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None) -> str:
+    if fmt == "json":
+        return to_json(rows_as_dicts(columns, rows))
+    if fmt == "csv":
+        return table_csv(columns, rows)
+    if fmt == "markdown":
+        return table_markdown(columns, rows)
+    return table_text(columns, rows, title)
+
+
+# -- command-specific views -----------------------------------------------------------------------
+TAG_COLUMNS = ("tag", "created_at", "kernel_count", "file_count", "problem_count", "raw_bytes", "stored_bytes",
+               "triton_versions", "targets", "labels")
+
+
+def render_tags(snapshots: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return to_json(snapshots)
+    rows = [[s[c] if c not in ("raw_bytes", "stored_bytes") or fmt == "csv" else human_bytes(s[c]) for c in TAG_COLUMNS]
+            for s in snapshots]
+    headers = ["tag", "created", "kernels", "files", "problems", "raw", "stored", "triton", "targets", "labels"]
+    if not snapshots and fmt == "table":
+        return "no snapshots yet: run `kdb ingest DIR --tag NAME`\n"
+    return render_rows(headers, rows, fmt)
+
+
+def render_snapshot(snapshot: dict[str, Any], kinds: list[dict[str, Any]], problems: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return to_json({**snapshot, "kinds": kinds, "problems": problems})
+    if fmt == "csv":
+        return table_csv(list(snapshot), [list(snapshot.values())])
+    lines = [f"{k:16} {_cell(human_bytes(v) if k.endswith('bytes') else v)}" for k, v in snapshot.items()]
+    out = "\n".join(lines) + "\n\n"
+    out += table_text(["kind", "files", "bytes"], [[k["kind"], k["files"], human_bytes(k["bytes"])] for k in kinds])
+    if problems:
+        out += "\nproblems:\n" + table_text(["path", "stage", "reason"], [[p["path"], p["stage"], p["reason"]] for p in problems])
+    return out
+
+
+def render_ingest(summary: Any) -> str:
+    dedup = summary.raw_bytes - summary.new_bytes
+    line = (
+        f"{summary.tag}: {summary.kernels} kernels, {summary.files} files, {human_bytes(summary.raw_bytes)} read, "
+        f"{human_bytes(summary.new_bytes)} new in store, {human_bytes(max(dedup, 0))} compressed or deduplicated away, "
+        f"{summary.problems} problems, {summary.seconds:.1f} s"
+    )
+    out = line + "\n"
+    for p in summary.problem_list[:20]:
+        out += f"  problem: {p['path']}: {p['reason']}\n"
+    if len(summary.problem_list) > 20:
+        out += f"  … and {len(summary.problem_list) - 20} more (kdb show {summary.tag})\n"
+    return out
+
+
+def render_verify(report: Any, fmt: str) -> str:
+    if fmt == "json":
+        return to_json({"ok": report.ok, "blobs_checked": report.blobs_checked, "problems": report.problems,
+                        "unreferenced_blobs": report.unreferenced, "unreferenced_bytes": report.unreferenced_bytes,
+                        "temporaries": report.temporaries})
+    out = "".join(f"problem: {p}\n" for p in report.problems)
+    status = "OK" if report.ok else f"{len(report.problems)} problems"
+    out += (f"verify: {status}; {report.blobs_checked} blobs re-hashed, {report.unreferenced} unreferenced "
+            f"({human_bytes(report.unreferenced_bytes)}, `kdb gc` frees them), {report.temporaries} leftover temporaries\n")
+    return out

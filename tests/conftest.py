@@ -1,0 +1,50 @@
+"""Shared fixtures: the real corpus of Triton caches, unpacked on demand."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
+
+
+def load_manifest() -> dict:
+    return json.loads((CORPUS / "manifest.json").read_text())
+
+
+def snapshot_names() -> list[str]:
+    return sorted(load_manifest()["snapshots"])
+
+
+def unpack_archive(archive: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    with archive.open("rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as reader:
+        with tarfile.open(fileobj=reader, mode="r|") as tar:
+            tar.extractall(dest, filter="data")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def corpus_manifest() -> dict:
+    return load_manifest()
+
+
+@pytest.fixture(scope="session")
+def unpack_snapshot(tmp_path_factory: pytest.TempPathFactory):
+    """Return a function NAME -> Path of a fresh-per-session, read-only-by-convention unpacked cache."""
+    manifest = load_manifest()
+    cache: dict[str, Path] = {}
+
+    def unpack(name: str) -> Path:
+        if name not in cache:
+            entry = manifest["snapshots"][name]
+            dest = tmp_path_factory.mktemp(f"cache-{name}")
+            cache[name] = unpack_archive(CORPUS / entry["archive"], dest)
+        return cache[name]
+
+    return unpack
