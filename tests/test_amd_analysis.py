@@ -1,0 +1,294 @@
+"""AMD analysis checked against LLVM's own tools on every AMD kernel of every AMD corpus snapshot.
+
+Oracles are independent of the code under test: `llvm-readelf --notes/-h/-s` and `llvm-objdump -d` from
+LLVM 22 (parsed here with small readers of their own), and LLVM's `; Occupancy:` comment in the `.amdgcn`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kdb import disasm
+from kdb.errors import ParseError
+from kdb.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
+from kdb.parsers.amdgcn import GROUPS, classify, parse_amdgcn
+from kdb.parsers.hsaco import parse_hsaco
+from kdb.parsers.ttgir import parse_ttgir
+
+from conftest import CORPUS, load_manifest
+
+LLVM_BIN = Path("/usr/lib/llvm-22/bin")
+READELF = str(LLVM_BIN / "llvm-readelf")
+OBJDUMP = str(LLVM_BIN / "llvm-objdump")
+
+
+def _hip_snapshots() -> list[str]:
+    if not (CORPUS / "manifest.json").exists():
+        return []
+    snapshots = load_manifest()["snapshots"]
+    return sorted(name for name, entry in snapshots.items() if entry.get("backend") == "hip")
+
+
+HIP_SNAPSHOTS = _hip_snapshots()
+needs_corpus = pytest.mark.skipif(not HIP_SNAPSHOTS, reason="corpus/manifest.json with AMD snapshots not built")
+needs_llvm = pytest.mark.skipif(not Path(READELF).exists() or not Path(OBJDUMP).exists(),
+                                reason="LLVM 22 tools missing (apt install llvm-22)")
+per_snapshot = pytest.mark.parametrize("snapshot", HIP_SNAPSHOTS or ["<no corpus>"])
+
+
+@dataclass(frozen=True)
+class Kernel:
+    folder: Path
+    name: str
+    hsaco_path: Path
+
+    @property
+    def hsaco(self) -> bytes:
+        return self.hsaco_path.read_bytes()
+
+    def text(self, suffix: str) -> str | None:
+        path = self.folder / f"{self.name}.{suffix}"
+        return path.read_text() if path.exists() else None
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.folder / f"{self.name}.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def snapshot_kernels(unpack_snapshot):
+    found: dict[str, list[Kernel]] = {}
+
+    def kernels(snapshot: str) -> list[Kernel]:
+        if snapshot not in found:
+            root = unpack_snapshot(snapshot)
+            found[snapshot] = sorted(
+                (Kernel(p.parent, p.stem, p) for p in root.rglob("*.hsaco") if (p.parent / f"{p.stem}.json").exists()),
+                key=lambda k: str(k.hsaco_path))
+        assert found[snapshot], f"{snapshot}: no kernels"
+        return found[snapshot]
+
+    return kernels
+
+
+# ---- independent readers of LLVM tool output -------------------------------------------------------------
+
+# "    .vgpr_count:     120"   (a scalar key of one kernel map, at indent 4 of llvm-readelf --notes YAML)
+NOTE_KEY_RE = re.compile(r"^(?P<indent>\s*)(?:- )?\.(?P<key>\w+):\s+(?P<value>\S.*?)\s*$")
+# "  Flags:                             0x53f, gfx90a, xnack, sramecc"
+FLAGS_RE = re.compile(r"^\s*Flags:\s+0x[0-9a-f]+,\s*(?P<arch>gfx\w+)")
+# "    14: 0000000000001700  4276 FUNC    GLOBAL PROTECTED   7 matmul_kernel"
+SYMBOL_RE = re.compile(r"^\s*\d+:\s+(?P<value>[0-9a-f]+)\s+(?P<size>\d+)\s+FUNC\s+\S+\s+\S+\s+\d+\s+(?P<name>\S+)$")
+# "	v_mov_b32_e32 v1, 0                                  // 000000001720: 7E020280"
+OBJDUMP_LINE_RE = re.compile(r"^\s+(?P<mnemonic>[.a-z_][a-z0-9_.]*).*//\s*(?P<address>[0-9A-F]+):")
+# "; Occupancy: 8"
+OCCUPANCY_RE = re.compile(r"^; Occupancy: (\d+)$", re.MULTILINE)
+
+
+def _run(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def readelf_kernels(path: Path) -> dict[str, dict[str, str]]:
+    """Per-kernel scalar keys of the metadata note as llvm-readelf prints them (values kept as text)."""
+    kernels: list[dict[str, str]] = []
+    for line in _run(READELF, "--notes", str(path)).splitlines():
+        match = NOTE_KEY_RE.match(line)
+        if not match:
+            continue
+        if line.startswith("  - ."):  # first key of a new kernel map
+            kernels.append({})
+        elif not (line.startswith("    .") and kernels):  # deeper lines belong to .args
+            continue
+        kernels[-1][match.group("key")] = match.group("value")
+    return {k["name"]: k for k in kernels}
+
+
+def readelf_arch(path: Path) -> str:
+    for line in _run(READELF, "-h", str(path)).splitlines():
+        if match := FLAGS_RE.match(line):
+            return match.group("arch")
+    raise AssertionError(f"no Flags line for {path}")
+
+
+def objdump_counts(path: Path, arch: str, symbol: str) -> Counter[str]:
+    start = size = None
+    for line in _run(READELF, "-s", "--wide", str(path)).splitlines():
+        if (match := SYMBOL_RE.match(line)) and match.group("name") == symbol:
+            start, size = int(match.group("value"), 16), int(match.group("size"))
+    assert start is not None and size is not None, f"no FUNC symbol {symbol}"
+    counts: Counter[str] = Counter()
+    for line in _run(OBJDUMP, "-d", f"--mcpu={arch}", str(path)).splitlines():
+        match = OBJDUMP_LINE_RE.match(line)
+        if match and start <= int(match.group("address"), 16) < start + size:
+            mnemonic = match.group("mnemonic")
+            counts["unknown" if mnemonic.startswith(".") else mnemonic] += 1
+    return counts
+
+
+def _release(snapshot: str) -> tuple[int, int]:
+    major, minor = load_manifest()["snapshots"][snapshot]["triton_version"].split(".")[:2]
+    return int(major), int(minor)
+
+
+# ---- tests ------------------------------------------------------------------------------------------------
+
+@needs_corpus
+@needs_llvm
+@per_snapshot
+def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
+    kernels = snapshot_kernels(snapshot)
+    entry = load_manifest()["snapshots"][snapshot]
+    assert len(kernels) == entry["kernel_count"]
+    fields = ["vgpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "private_segment_fixed_size",
+              "group_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size", "kernarg_segment_size"]
+    expected_version = 4 if _release(snapshot) < (3, 3) else 5
+    for kernel in kernels:
+        co = parse_hsaco(kernel.hsaco)
+        oracle = readelf_kernels(kernel.hsaco_path)
+        assert [k.name for k in co.kernels] == [kernel.name] == list(oracle)
+        parsed, want = co.kernels[0], oracle[kernel.name]
+        for name in fields:
+            assert getattr(parsed, name) == int(want[name]), (kernel.folder.name, name)
+        assert parsed.agpr_count == (int(want["agpr_count"]) if "agpr_count" in want else None)
+        assert parsed.uses_dynamic_stack == (want.get("uses_dynamic_stack") == "true")
+        assert co.arch == readelf_arch(kernel.hsaco_path) == kernel.meta["target"]["arch"] == entry["target"]
+        assert co.target is not None and co.target.split("--")[1].split(":")[0] == co.arch
+        assert co.code_object_version == expected_version
+        assert parsed.code_size > 0 and parsed.code_offset + parsed.code_size <= len(kernel.hsaco)
+        assert parsed.wave32 == (parsed.wavefront_size == 32)
+        assert parsed.private_segment_enabled == (parsed.private_segment_fixed_size > 0) or parsed.uses_dynamic_stack
+
+
+@needs_corpus
+@per_snapshot
+def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernels) -> None:
+    with_comment = 0
+    for kernel in snapshot_kernels(snapshot):
+        co = parse_hsaco(kernel.hsaco)
+        k = co.kernels[0]
+        asm_text = kernel.text("amdgcn")
+        assert asm_text is not None
+        asm = parse_amdgcn(asm_text).kernels[0]
+        waves, limiter = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count)
+        if (comment := OCCUPANCY_RE.search(asm_text)) is not None:
+            with_comment += 1
+            assert waves == int(comment.group(1)) == asm.occupancy, kernel.folder.name
+            info = asm.kernel_info
+            assert info["TotalNumVgprs"] == k.vgpr_count and info["TotalNumSgprs"] == k.sgpr_count
+            assert info["ScratchSize"] == k.private_segment_fixed_size
+            assert info.get("NumAgprs", 0) == (k.agpr_count or 0)
+        # The YAML copy of the note at the end of the .amdgcn always matched the code object.
+        assert asm.metadata["vgpr_count"] == k.vgpr_count and asm.metadata["sgpr_count"] == k.sgpr_count
+        assert limiter in ("vgpr", "sgpr", "max_waves")
+        # The descriptor rounds up, but never changes occupancy.
+        assert k.descriptor_vgprs >= k.vgpr_count
+        assert compiler_occupancy(co.arch, k.wavefront_size, k.descriptor_vgprs, k.sgpr_count)[0] == waves
+        if ARCHES[co.arch].unified_agprs:
+            assert k.descriptor_arch_vgprs is not None
+            if k.agpr_count:
+                assert k.vgpr_count == k.descriptor_arch_vgprs + k.agpr_count
+            else:
+                assert k.descriptor_arch_vgprs >= k.vgpr_count
+        if ARCHES[co.arch].generation == 9:
+            assert k.descriptor_sgprs is not None and k.descriptor_sgprs >= k.sgpr_count - 6  # VCC/XNACK extras
+        shared = kernel.meta.get("shared") or 0
+        launch, launch_limiter = launch_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count,
+                                                  k.group_segment_fixed_size + shared, kernel.meta["num_warps"])
+        assert 0 <= launch <= waves and launch_limiter in ("vgpr", "sgpr", "lds", "workgroup", "max_waves")
+        headroom = vgpr_headroom(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count)
+        if headroom is not None:
+            assert 0 < headroom <= k.vgpr_count
+            better = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom, k.sgpr_count)[0]
+            worse = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom + 1, k.sgpr_count)[0]
+            assert better == waves + 1 and worse == waves
+    if _release(snapshot) >= (3, 2):
+        assert with_comment > 0
+    else:
+        assert with_comment == 0  # Triton 3.0/3.1 write no `; Kernel info` block
+
+
+@needs_corpus
+@per_snapshot
+def test_asm_structure(snapshot: str, snapshot_kernels) -> None:
+    for kernel in snapshot_kernels(snapshot):
+        k = parse_hsaco(kernel.hsaco).kernels[0]
+        asm = parse_amdgcn(kernel.text("amdgcn") or "").kernels[0]
+        assert asm.name == kernel.name
+        assert sum(asm.mnemonics.values()) == sum(asm.groups.values()) == asm.instruction_count
+        assert sum(asm.lines.values()) == asm.instruction_count
+        assert set(asm.groups) <= set(GROUPS)
+        assert any(line > 0 and path.endswith(".py") for path, line, _ in asm.lines)
+        if k.private_segment_fixed_size == 0:
+            assert asm.scratch_instructions == 0 and asm.spill_count == 0
+        if asm.spill_count:
+            assert k.vgpr_spill_count + k.sgpr_spill_count > 0
+        ttgir = parse_ttgir(kernel.text("ttgir") or "")
+        assert ttgir["num_warps"] == kernel.meta["num_warps"]
+        assert ttgir["threads_per_warp"] == k.wavefront_size
+        assert ttgir["prefix"] == ("triton_gpu" if _release(snapshot) < (3, 3) else "ttg")
+        assert "blocked" in ttgir["layouts"]
+
+
+@needs_corpus
+@needs_llvm
+@per_snapshot
+def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
+    padding = []
+    for kernel in snapshot_kernels(snapshot):
+        co = parse_hsaco(kernel.hsaco)
+        asm = Counter(parse_amdgcn(kernel.text("amdgcn") or "").kernels[0].mnemonics)
+        dis = objdump_counts(kernel.hsaco_path, co.arch, kernel.name)
+        assert dis == disasm.disassemble_mnemonics(kernel.hsaco, co.arch, kernel.name, objdump=OBJDUMP)
+        assert dis["unknown"] == 0, kernel.folder.name
+        extra_nops = dis["s_nop"] - asm["s_nop"]
+        # Alignment padding (`.p2align` in the asm) shows as `s_nop 0` in the disassembly; nothing else differs.
+        assert extra_nops >= 0
+        dis["s_nop"] -= extra_nops
+        assert +dis == +asm, kernel.folder.name
+        padding.append(extra_nops)
+    assert len(padding) == len(snapshot_kernels(snapshot))
+
+
+@needs_corpus
+@per_snapshot
+def test_corrupt_code_objects_raise_parse_error(snapshot: str, snapshot_kernels) -> None:
+    data = snapshot_kernels(snapshot)[0].hsaco
+    for length in (0, 3, 16, 63, 64, 200, len(data) // 2, len(data) - 64):
+        with pytest.raises(ParseError):
+            parse_hsaco(data[:length])
+    # Flip one bit in each region (header, program headers, note, descriptor, code, section headers).
+    for position in range(0, len(data), max(len(data) // 97, 1)):
+        for bit in (0, 5):
+            flipped = bytearray(data)
+            flipped[position] ^= 1 << bit
+            try:
+                parse_hsaco(bytes(flipped))
+            except ParseError:
+                pass
+
+
+def test_classify_reference_table() -> None:
+    cases = {
+        "v_mfma_f32_32x32x8_f16": "matrix", "v_wmma_f32_16x16x16_f16": "matrix",
+        "v_accvgpr_write_b32": "agpr_move", "scratch_store_dword": "scratch",
+        "global_load_lds_dwordx4": "lds_dma", "ds_read_b128": "lds", "ds_load_b128": "lds",
+        "s_load_dwordx2": "scalar_mem", "global_load_dwordx4": "vmem_load", "buffer_store_dword": "vmem_store",
+        "global_atomic_add_f32": "vmem_atomic", "s_waitcnt": "wait", "s_wait_loadcnt": "wait",
+        "s_barrier": "barrier", "s_barrier_signal": "barrier", "s_cbranch_scc1": "branch", "s_endpgm": "branch",
+        "s_nop": "nop", "s_code_end": "nop", "s_delay_alu": "sched", "s_setprio": "sched",
+        "v_cvt_f32_f16_e32": "conversion", "v_exp_f32_e32": "transcendental", "v_s_exp_f32": "transcendental",
+        "v_add_f32_e32": "valu", "s_add_i32": "salu", "buffer_gl0_inv": "other",
+    }
+    for mnemonic, group in cases.items():
+        assert classify(mnemonic, False) == group, mnemonic
+    assert classify("buffer_store_dword", True, "v1, off, s[0:3], 0 offset:4") == "scratch"
+    assert classify("buffer_load_dwordx4", True, "v[0:3], v4, s[8:11], 0 offen") == "vmem_load"
+    assert classify("buffer_load_dword", False, "v1, s[4:7], 0 offen lds") == "lds_dma"
