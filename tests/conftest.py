@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import tarfile
+import sys
 from pathlib import Path
 
 import pytest
-import zstandard
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
+sys.path.insert(0, str(CORPUS))
+
+from unpack import unpack_archive  # noqa: E402  (corpus/unpack.py, also used by the quick start)
 
 
 def load_manifest() -> dict:
@@ -19,14 +21,6 @@ def load_manifest() -> dict:
 
 def snapshot_names() -> list[str]:
     return sorted(load_manifest()["snapshots"])
-
-
-def unpack_archive(archive: Path, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    with archive.open("rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as reader:
-        with tarfile.open(fileobj=reader, mode="r|") as tar:
-            tar.extractall(dest, filter="data")
-    return dest
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,3 @@
+from kdb.cli import main
+
+main()

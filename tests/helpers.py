@@ -1,0 +1,40 @@
+"""Small helpers shared by tests: run the CLI in-process and hash trees."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdb.cli import run
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def kdb(capsys, home: Path, *args: str) -> Result:
+    capsys.readouterr()
+    code = run(["--home", str(home), *args])
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+def kdb_subprocess(home: Path, *args: str, timeout: float = 600, binary: bool = False) -> Result:
+    proc = subprocess.run([sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True,
+                          text=not binary, timeout=timeout)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}

@@ -1,0 +1,193 @@
+"""Ingest, store and catalog on real corpus snapshots (issue 3)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from conftest import snapshot_names
+from helpers import kdb, kdb_subprocess, tree_hashes
+from kdb.errors import ExitCode
+from kdb.home import Home
+
+AMD_PAIR = "t3.3.1-gfx942"
+
+
+def store_bytes(home: Path) -> int:
+    return sum(p.stat().st_size for p in (home / "objects").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("name", snapshot_names())
+def test_every_snapshot_ingests_and_exports_byte_identical(name, unpack_snapshot, corpus_manifest, tmp_path, capsys):
+    cache = unpack_snapshot(name)
+    home = tmp_path / "home"
+    r = kdb(capsys, home, "ingest", str(cache), "--tag", name, "--format", "json")
+    assert r.code == 0, r.err
+    summary = r.json()
+    entry = corpus_manifest["snapshots"][name]
+    assert summary["kernels"] == entry["kernel_count"]
+    assert summary["files"] == entry["file_count"]
+    assert summary["problems"] == 0
+    dest = tmp_path / "export"
+    r = kdb(capsys, home, "export", name, str(dest))
+    assert r.code == 0, r.err
+    assert tree_hashes(dest) == tree_hashes(cache)
+
+
+def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path, capsys):
+    cache = unpack_snapshot(AMD_PAIR)
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "first", "-q").code == 0
+    before = store_bytes(home)
+    r = kdb(capsys, home, "ingest", str(cache), "--tag", "second", "--format", "json")
+    assert r.code == 0
+    assert r.json()["new_bytes"] == 0
+    assert store_bytes(home) - before < 0.01 * before
+    tags = kdb(capsys, home, "tags", "--format", "json").json()
+    assert [t["tag"] for t in tags] == ["first", "second"]
+
+
+def test_existing_tag_refused_then_replaced(unpack_snapshot, tmp_path, capsys):
+    cache = unpack_snapshot(AMD_PAIR)
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q", "--label", "rocm=6.2").code == 0
+    r = kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q")
+    assert r.code == ExitCode.TAG
+    assert r.err.strip() == "kdb: error: tag 't' exists already (use --replace to overwrite it)"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q", "--replace", "--label", "rocm=6.3").code == 0
+    shown = kdb(capsys, home, "show", "t", "--format", "json").json()
+    assert shown["labels"] == {"rocm": "6.3"}
+    assert kdb(capsys, home, "sql", "SELECT count(*) AS n FROM snapshots", "--format", "json").json() == [{"n": 1}]
+
+
+@pytest.mark.parametrize("make_input, expected", [
+    (lambda tmp: tmp / "missing", "no such directory"),
+    (lambda tmp: (tmp / "file.txt").write_text("x") and tmp / "file.txt", "not a directory"),
+    (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no Triton kernel folders found"),
+])
+def test_bad_input_paths_give_one_line_and_exit_3(make_input, expected, tmp_path):
+    path = make_input(tmp_path)
+    r = kdb_subprocess(tmp_path / "home", "ingest", str(path), "--tag", "x")
+    assert r.code == ExitCode.BAD_INPUT
+    assert len(r.err.strip().splitlines()) == 1 and expected in r.err
+    assert "Traceback" not in r.err
+
+
+@pytest.fixture
+def ingested(unpack_snapshot, tmp_path, capsys):
+    cache = unpack_snapshot(AMD_PAIR)
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "snap", "-q").code == 0
+    assert kdb(capsys, home, "verify").code == 0
+    return home, cache
+
+
+def _hsaco_blob(home: Path) -> tuple[str, Path]:
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    digest = con.execute("SELECT hash FROM files WHERE kind = 'hsaco' ORDER BY path LIMIT 1").fetchone()[0]
+    con.close()
+    return digest, Home(home).store.path_for(digest)
+
+
+def test_verify_catches_flipped_byte(ingested, capsys):
+    home, _ = ingested
+    digest, path = _hsaco_blob(home)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    r = kdb(capsys, home, "verify")
+    assert r.code == ExitCode.INTEGRITY
+    assert digest in r.out and "corrupted" in r.out
+
+
+def test_verify_catches_deleted_and_truncated_and_renamed_blobs(ingested, capsys):
+    home, _ = ingested
+    digest, path = _hsaco_blob(home)
+    path.unlink()
+    r = kdb(capsys, home, "verify")
+    assert r.code == ExitCode.INTEGRITY and f"blob {digest} is missing" in r.out
+    # truncate another blob
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    others = [row[0] for row in con.execute("SELECT DISTINCT hash FROM files WHERE kind = 'llir' ORDER BY hash").fetchall()]
+    con.close()
+    store = Home(home).store
+    trunc = store.path_for(others[0])
+    trunc.write_bytes(trunc.read_bytes()[:20])
+    renamed_from = store.path_for(others[1])
+    renamed_to = store.path_for("0" * 64)
+    renamed_to.parent.mkdir(exist_ok=True)
+    renamed_from.rename(renamed_to)
+    r = kdb(capsys, home, "verify")
+    assert r.code == ExitCode.INTEGRITY
+    assert f"blob {others[0]} is corrupted" in r.out
+    assert f"blob {others[1]} is missing" in r.out
+    assert f"blob {'0' * 64} holds the content of {others[1]}" in r.out
+
+
+def test_export_and_cat_refuse_corrupted_bytes(ingested, tmp_path, capsys):
+    home, cache = ingested
+    digest, path = _hsaco_blob(home)
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    rel = con.execute("SELECT path FROM files WHERE hash = ? LIMIT 1", [digest]).fetchone()[0]
+    con.close()
+    good = kdb_subprocess(home, "cat", "snap", rel, binary=True)
+    assert good.code == 0 and good.out == (cache / rel).read_bytes()
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    r = kdb_subprocess(home, "cat", "snap", rel, binary=True)
+    assert r.code == ExitCode.INTEGRITY and r.out == b"" and b"corrupted" in r.err
+    r = kdb(capsys, home, "export", "snap", str(tmp_path / "out"))
+    assert r.code == ExitCode.INTEGRITY
+
+
+def test_export_never_writes_outside_dest(ingested, tmp_path, capsys):
+    home, _ = ingested
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    con.execute("UPDATE files SET path = '../escaped.json' WHERE path = (SELECT min(path) FROM files)")
+    con.close()
+    dest = tmp_path / "sandbox" / "dest"
+    r = kdb(capsys, home, "export", "snap", str(dest))
+    assert r.code == ExitCode.INTEGRITY and "unsafe path" in r.err
+    assert not (tmp_path / "sandbox" / "escaped.json").exists()
+
+
+def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, tmp_path, capsys):
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.1.0-gfx90a")), "--tag", "a", "-q").code == 0
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
+    assert kdb(capsys, home, "rm", "a").code == 0
+    r = kdb(capsys, home, "gc", "--format", "json")
+    assert r.code == 0 and r.json()["bytes_freed"] > 0
+    assert kdb(capsys, home, "verify").code == 0
+    dest = tmp_path / "b"
+    assert kdb(capsys, home, "export", "b", str(dest)).code == 0
+    assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
+    assert kdb(capsys, home, "rm", "a").code == ExitCode.TAG
+
+
+def test_catalog_opens_in_duckdb_cli(ingested):
+    home, _ = ingested
+    exe = shutil.which("duckdb")
+    assert exe, "the duckdb shell (pip package duckdb-cli) is a test dependency"
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    assert version.startswith("v1.5"), version
+    out = subprocess.run([exe, "-readonly", "-csv", str(home / "catalog.duckdb"), "-c",
+                          "SELECT tag, kernel_count FROM snapshots"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith("snap,")
+
+
+def test_sql_formats(ingested, capsys):
+    home, _ = ingested
+    q = "SELECT kind, count(*) AS n FROM files GROUP BY kind ORDER BY kind"
+    as_json = kdb(capsys, home, "sql", q, "--format", "json").json()
+    as_csv = kdb(capsys, home, "sql", q, "--format", "csv").out.splitlines()
+    assert as_csv[0] == "kind,n"
+    assert [f"{r['kind']},{r['n']}" for r in as_json] == as_csv[1:]
+    bad = kdb(capsys, home, "sql", "SELEC nonsense")
+    assert bad.code == ExitCode.USAGE and bad.err.startswith("kdb: error: SQL error")
