@@ -34,8 +34,6 @@ from elftools.elf.elffile import ELFFile
 from kdb.errors import ParseError
 
 EM_CUDA = 190
-SHT_NOBITS = 8
-STT_FUNC = 2
 # st_other bit 4 marks a kernel entry point (``.entry`` in PTX) as opposed to a ``.func``.
 STO_CUDA_ENTRY = 0x10
 
@@ -272,6 +270,10 @@ def _check_layout(data: bytes) -> None:
     shentsize, shnum = struct.unpack_from("<HH", data, 58)
     if shnum == 0 or shentsize != 64 or shoff + shnum * 64 > len(data):
         raise ParseError("section header table missing or outside the file")
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    if phnum and (phentsize != 56 or phoff + phnum * 56 > len(data)):
+        raise ParseError("program header table outside the file (truncated?)")
 
 
 def parse_cubin(data: bytes) -> Cubin:
@@ -283,14 +285,6 @@ def parse_cubin(data: bytes) -> Cubin:
         raise
     except _ELF_ERRORS as exc:
         raise ParseError(f"malformed cubin: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
-
-
-def _section_bytes(sec, size_limit: int) -> bytes:
-    """A PROGBITS section's bytes, refusing ones that claim to extend past the file."""
-    off, size = sec["sh_offset"], sec["sh_size"]
-    if off + size > size_limit:
-        raise ParseError(f"section {sec.name} extends past the end of the file")
-    return sec.data()
 
 
 def _parse(data: bytes) -> Cubin:
@@ -306,6 +300,8 @@ def _parse(data: bytes) -> Cubin:
     sections = {}
     symtab = None
     for sec in elf.iter_sections():
+        if sec["sh_type"] != "SHT_NOBITS" and sec["sh_offset"] + sec["sh_size"] > len(data):
+            raise ParseError(f"section {sec.name!r} extends past the end of the file (truncated?)")
         name = sec.name
         if name in sections:
             raise ParseError(f"duplicate section {name}")
@@ -314,14 +310,14 @@ def _parse(data: bytes) -> Cubin:
             symtab = sec
     if symtab is None:
         raise ParseError("cubin has no symbol table")
-    if symtab["sh_entsize"] != 24 or symtab["sh_offset"] + symtab["sh_size"] > len(data):
+    if symtab["sh_entsize"] != 24:
         raise ParseError("symbol table is malformed")
 
     # Global .nv.info: per-function figures keyed by symbol index.
     per_symbol: dict[int, dict[int, int]] = {}
     glob = sections.get(".nv.info")
     if glob is not None:
-        for rec in decode_nv_info(_section_bytes(glob, len(data))):
+        for rec in decode_nv_info(glob.data()):
             if rec.attr in _PER_FUNCTION_GLOBAL and rec.fmt == EIFMT_SVAL:
                 if len(rec.payload) != 8:
                     raise ParseError(f"{rec.name} payload is {len(rec.payload)} bytes, expected 8")
@@ -342,7 +338,7 @@ def _parse(data: bytes) -> Cubin:
         is_entry = bool(raw_other & STO_CUDA_ENTRY)
 
         info_sec = sections.get(f".nv.info.{name}")
-        attrs = decode_nv_info(_section_bytes(info_sec, len(data))) if info_sec is not None else ()
+        attrs = decode_nv_info(info_sec.data()) if info_sec is not None else ()
         by_id: dict[int, NvInfoAttr] = {}
         for rec in attrs:
             by_id.setdefault(rec.attr, rec)
