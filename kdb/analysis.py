@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdb.errors import ParseError
+from kdb.errors import KdbError, ParseError
 from kdb.parsers.triton_json import KernelMeta, parse_kernel_json, release_family
 
 
@@ -31,8 +31,42 @@ class FolderAnalysis:
 
 
 # Tables filled from analysis (columns besides snapshot_id); `kdb reindex` rebuilds exactly these.
-TABLE_COLUMNS: dict[str, list[str]] = {}
+ANALYSIS_COLUMNS = [
+    "cache_key", "co_arch", "co_version", "xnack", "sramecc", "vgpr_count", "agpr_count", "sgpr_count",
+    "vgpr_spill_count", "sgpr_spill_count", "lds_static", "scratch_bytes", "wavefront_size", "max_workgroup_size",
+    "kernarg_size", "dynamic_stack", "code_size", "descriptor", "co_metadata", "registers", "stack_bytes",
+    "local_bytes", "const0_bytes", "occupancy_llvm", "occupancy_llvm_limiter", "occupancy", "occupancy_limiter",
+    "occupancy_unit", "vgpr_headroom", "asm_occupancy", "kernel_info", "instr_source", "instr_count", "spill_count",
+    "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
+    "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
+    "identity_any_target", "identity_parts",
+]
+TABLE_COLUMNS: dict[str, list[str]] = {
+    "kernel_analysis": ANALYSIS_COLUMNS,
+    "instr_mix_counts": ["cache_key", "source", "mnemonic", "grp", "count"],
+    "source_line_counts": ["cache_key", "source", "file", "line", "grp", "count"],
+}
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
+
+# SASS opcode families (base opcode, before the first dot) -> group; the rest is 'other'.
+SASS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("matrix", ("HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA", "UTCHMMA", "UTCQMMA", "UTCIMMA")),
+    ("local", ("LDL", "STL")),
+    ("shared", ("LDS", "STS", "LDSM", "STSM", "LDGSTS", "ATOMS", "UBLKCP", "UTMALDG", "UTMASTG", "SYNCS")),
+    ("global", ("LDG", "STG", "ATOMG", "ATOM", "RED", "LD", "ST")),
+    ("barrier", ("BAR", "MEMBAR", "WARPSYNC", "DEPBAR", "ERRBAR")),
+    ("branch", ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "BREAK", "WARPGROUP")),
+    ("conversion", ("F2F", "F2I", "I2F", "I2I", "F2FP", "I2FP")),
+    ("transcendental", ("MUFU",)),
+)
+
+
+def sass_group(opcode: str) -> str:
+    base = opcode.split(".", 1)[0]
+    for group, bases in SASS_GROUPS:
+        if base in bases:
+            return group
+    return "other"
 
 
 def kernel_row(cache_key: str, meta: KernelMeta) -> dict[str, Any]:
@@ -71,4 +105,210 @@ def analyze_folder(cache_key: str, json_file: FolderFile, files: list[FolderFile
                       "triton_version_source": "folder-name" if release_family(cache_key) else None}
         return out
     out.kernel = kernel_row(cache_key, meta)
+    analyze_kernel(out, cache_key, meta, files)
     return out
+
+
+def _text(f: FolderFile | None) -> str | None:
+    return None if f is None else f.data.decode("utf-8", "replace")
+
+
+def _first(files: list[FolderFile], kind: str, name: str) -> FolderFile | None:
+    """The folder's file of this kind for kernel NAME (`NAME.kind`), else any of that kind."""
+    of_kind = [f for f in files if f.kind == kind]
+    for f in of_kind:
+        if f.rel.rsplit("/", 1)[-1].rsplit(".", 1)[0] == name:
+            return f
+    return of_kind[0] if of_kind else None
+
+
+def analyze_kernel(out: FolderAnalysis, cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+    row: dict[str, Any] = {"cache_key": cache_key}
+    _ir_facts(out, row, meta, files)
+    if meta.backend == "hip" or _first(files, "hsaco", meta.name):
+        _amd(out, row, cache_key, meta, files)
+    elif meta.backend == "cuda" or _first(files, "cubin", meta.name):
+        _nvidia(out, row, cache_key, meta, files)
+    out.add("kernel_analysis", **row)
+
+
+def _problem(out: FolderAnalysis, f: FolderFile | None, stage: str, reason: str) -> None:
+    out.problems.append((f.rel if f else "", stage, reason))
+
+
+def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files: list[FolderFile]) -> None:
+    from kdb.parsers.ttgir import parse_ttgir
+
+    ttgir = _first(files, "ttgir", meta.name)
+    if ttgir is not None:
+        try:
+            facts = parse_ttgir(_text(ttgir))
+            row.update(ttgir_num_warps=facts["num_warps"], ttgir_num_ctas=facts["num_ctas"],
+                       threads_per_warp=facts["threads_per_warp"], ttgir_shared=facts["shared"],
+                       layouts=facts["layouts"], convert_layout_count=facts["convert_layout_count"],
+                       local_alloc_count=facts["local_alloc_count"])
+        except ParseError as exc:
+            _problem(out, ttgir, "ttgir", str(exc))
+    ttir = _first(files, "ttir", meta.name)
+    try:
+        from kdb.identity import kernel_identity  # TEMP guard until identity lands
+    except ImportError:
+        return
+    try:
+        ident = kernel_identity(_text(ttir), meta)
+    except ParseError as exc:
+        _problem(out, ttir, "identity", str(exc))
+        ident = None
+    if ident is not None:
+        row.update(identity=ident["identity"], identity_any_target=ident["identity_any_target"],
+                   identity_parts=json.dumps(ident["parts"], sort_keys=True))
+
+
+def _amd(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+    from kdb import occupancy
+    from kdb.disasm import disassemble_mnemonics
+    from kdb.parsers.amdgcn import classify, parse_amdgcn
+    from kdb.parsers.hsaco import parse_hsaco
+
+    hsaco = _first(files, "hsaco", meta.name)
+    kernel = None
+    arch = meta.arch
+    if hsaco is None:
+        _problem(out, None, "hsaco", "no code object (.hsaco) in the kernel folder")
+    else:
+        try:
+            co = parse_hsaco(hsaco.data)
+            kernel = next((k for k in co.kernels if k.name == meta.name), co.kernels[0] if co.kernels else None)
+            if kernel is None:
+                raise ParseError("code object holds no kernel")
+            arch = co.arch
+            row.update(co_arch=co.arch, co_version=co.code_object_version, xnack=co.xnack, sramecc=co.sramecc,
+                       vgpr_count=kernel.vgpr_count, agpr_count=kernel.agpr_count, sgpr_count=kernel.sgpr_count,
+                       vgpr_spill_count=kernel.vgpr_spill_count, sgpr_spill_count=kernel.sgpr_spill_count,
+                       lds_static=kernel.group_segment_fixed_size, scratch_bytes=kernel.private_segment_fixed_size,
+                       wavefront_size=kernel.wavefront_size, max_workgroup_size=kernel.max_flat_workgroup_size,
+                       kernarg_size=kernel.kernarg_segment_size, dynamic_stack=kernel.uses_dynamic_stack,
+                       code_size=kernel.code_size, registers=kernel.vgpr_count,
+                       stack_bytes=kernel.private_segment_fixed_size, local_bytes=kernel.private_segment_fixed_size,
+                       co_metadata=json.dumps(kernel.metadata, sort_keys=True),
+                       descriptor=json.dumps(_descriptor(kernel), sort_keys=True))
+        except ParseError as exc:
+            _problem(out, hsaco, "hsaco", str(exc))
+            kernel = None
+    if kernel is not None:
+        try:
+            wave = kernel.wavefront_size
+            occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count)
+            lds = kernel.group_segment_fixed_size + (meta.shared or 0)
+            launch, launch_lim = occupancy.launch_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds,
+                                                            meta.num_warps or 1)
+            row.update(occupancy_llvm=occ, occupancy_llvm_limiter=lim, occupancy=launch, occupancy_limiter=launch_lim,
+                       occupancy_unit="waves/SIMD",
+                       vgpr_headroom=occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count))
+        except KdbError as exc:
+            _problem(out, hsaco, "occupancy", str(exc))
+
+    asm_file = _first(files, "amdgcn", meta.name)
+    private = bool(kernel and kernel.private_segment_fixed_size)
+    if asm_file is not None:
+        try:
+            listing = parse_amdgcn(_text(asm_file))
+            asm = next((k for k in listing.kernels if k.name == meta.name), listing.kernels[0] if listing.kernels else None)
+            if asm is None:
+                raise ParseError("no kernel function in the asm")
+            info_occ = asm.kernel_info.get("Occupancy")
+            row.update(asm_occupancy=info_occ if isinstance(info_occ, int) else None,
+                       kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
+                       instr_source="amdgcn", instr_count=asm.instruction_count, spill_count=asm.spill_count,
+                       reload_count=asm.reload_count, scratch_instr_count=asm.scratch_instructions)
+            for mnemonic, count in sorted(asm.mnemonics.items()):
+                out.add("instr_mix_counts", cache_key=cache_key, source="amdgcn", mnemonic=mnemonic,
+                        grp=classify(mnemonic, asm.private_segment), count=count)
+            for (file, line, grp), count in sorted(asm.lines.items()):
+                out.add("source_line_counts", cache_key=cache_key, source="amdgcn", file=file, line=line, grp=grp,
+                        count=count)
+            return
+        except ParseError as exc:
+            _problem(out, asm_file, "amdgcn", str(exc))
+    if hsaco is not None and kernel is not None:
+        counts = disassemble_mnemonics(hsaco.data, arch, kernel.name)
+        if counts is None:
+            return
+        groups = {m: classify(m, private) for m in counts}
+        row.update(instr_source="llvm-objdump", instr_count=sum(counts.values()),
+                   scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"))
+        for mnemonic, count in sorted(counts.items()):
+            out.add("instr_mix_counts", cache_key=cache_key, source="llvm-objdump", mnemonic=mnemonic,
+                    grp=groups[mnemonic], count=count)
+
+
+def _descriptor(kernel: Any) -> dict[str, Any]:
+    names = ("granulated_vgpr", "granulated_sgpr", "accum_offset", "wgp_mode", "wave32", "private_segment_enabled",
+             "user_sgpr_count", "entry_offset", "descriptor_vgprs", "descriptor_arch_vgprs", "descriptor_sgprs")
+    return {n: getattr(kernel, n, None) for n in names}
+
+
+def _nvidia(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+    from kdb import nv_occupancy, nvtools
+    from kdb.parsers.cubin import parse_cubin
+    from kdb.parsers.ptx import parse_ptx
+
+    cubin_file = _first(files, "cubin", meta.name)
+    kernel = None
+    if cubin_file is not None:
+        try:
+            cubin = parse_cubin(cubin_file.data)
+            kernel = next((k for k in cubin.kernels if k.name == meta.name), None)
+            if kernel is None:
+                kernel = next((k for k in cubin.kernels if k.is_entry), None)
+            if kernel is None:
+                raise ParseError("cubin holds no kernel")
+            row.update(co_arch=f"sm{cubin.arch}", registers=kernel.registers, stack_bytes=kernel.stack_size,
+                       local_bytes=kernel.local_size or kernel.stack_size, lds_static=kernel.static_shared,
+                       const0_bytes=kernel.const0_size, code_size=kernel.code_size,
+                       max_workgroup_size=(kernel.max_threads or kernel.req_threads or (None,))[0],
+                       wavefront_size=32,
+                       co_metadata=json.dumps({a.name: a.value for a in kernel.attributes}, sort_keys=True))
+            try:
+                warps, _blocks, limiter = nv_occupancy.occupancy(cubin.arch, meta.num_warps or 4, kernel.registers,
+                                                                 kernel.static_shared, meta.shared or 0)
+                row.update(occupancy=warps, occupancy_limiter=limiter, occupancy_unit="warps/SM")
+            except KdbError as exc:
+                _problem(out, cubin_file, "occupancy", str(exc))
+        except ParseError as exc:
+            _problem(out, cubin_file, "cubin", str(exc))
+            kernel = None
+    ptx_file = _first(files, "ptx", meta.name)
+    if ptx_file is not None:
+        try:
+            listing = parse_ptx(_text(ptx_file))
+            fn = next((f for f in listing.functions if f.name == meta.name and f.is_entry),
+                      next((f for f in listing.functions if f.is_entry), None))
+            if fn is None:
+                raise ParseError("no .entry function in the PTX")
+            row.update(ptx_instr_count=fn.total,
+                       spill_count=sum(n for op, n in fn.opcodes.items() if op.startswith("st.local")),
+                       reload_count=sum(n for op, n in fn.opcodes.items() if op.startswith("ld.local")))
+            from kdb.parsers.ptx import opcode_group
+
+            for op, count in sorted(fn.opcodes.items()):
+                out.add("instr_mix_counts", cache_key=cache_key, source="ptx", mnemonic=op, grp=opcode_group(op),
+                        count=count)
+            for (file, line, grp), count in sorted(fn.lines.items()):
+                out.add("source_line_counts", cache_key=cache_key, source="ptx", file=file, line=line, grp=grp,
+                        count=count)
+            row.update(instr_source="ptx", instr_count=fn.total)
+        except ParseError as exc:
+            _problem(out, ptx_file, "ptx", str(exc))
+    if cubin_file is not None and kernel is not None:
+        try:
+            sass = nvtools.sass_by_kernel(cubin_file.data)
+        except ParseError as exc:
+            _problem(out, cubin_file, "sass", str(exc))
+            sass = None
+        counts = (sass or {}).get(kernel.name)
+        if counts:
+            row.update(instr_source="sass", instr_count=sum(counts.values()))
+            for op, count in sorted(counts.items()):
+                out.add("instr_mix_counts", cache_key=cache_key, source="sass", mnemonic=op, grp=sass_group(op),
+                        count=count)

@@ -65,10 +65,16 @@ def render_rich(renderable: Any, width: int = 100) -> str:
     return buf.getvalue()
 
 
-def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, width: int = 100) -> str:
+def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
+               width: int | None = None) -> str:
+    """A plain aligned table; without a width it is as wide as its content (for pipes and files)."""
     t = RichTable(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for c in columns:
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold", min_width=min(len(c), 24))
+    if width is None:
+        cells = [[_cell(v) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        width = max(sum(widths) + 2 * len(columns), 20)
     for r in rows:
         t.add_row(*(_cell(v) for v in r))
     return render_rich(t, width)
@@ -96,14 +102,15 @@ def rows_as_dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list
     return [dict(zip(columns, r)) for r in rows]
 
 
-def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None) -> str:
+def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None,
+                width: int | None = None) -> str:
     if fmt == "json":
         return to_json(rows_as_dicts(columns, rows))
     if fmt == "csv":
         return table_csv(columns, rows)
     if fmt == "markdown":
         return table_markdown(columns, rows)
-    return table_text(columns, rows, title)
+    return table_text(columns, rows, title, width)
 
 
 # -- command-specific views -----------------------------------------------------------------------

@@ -1,0 +1,117 @@
+-- Per-kernel analysis (AMD code objects and asm, NVIDIA cubins and PTX, TTGIR facts, identity),
+-- instruction mix, source-line attribution, and the public views users query.
+-- Everything here is derived from stored blobs: `kdb reindex` rebuilds these tables.
+
+CREATE TABLE kernel_analysis (
+    snapshot_id            INTEGER NOT NULL,
+    cache_key              VARCHAR NOT NULL,
+    -- code object (AMD HSACO / NVIDIA cubin)
+    co_arch                VARCHAR,     -- from ELF e_flags
+    co_version             INTEGER,     -- AMD code-object version (4, 5, ...)
+    xnack                  VARCHAR,
+    sramecc                VARCHAR,
+    vgpr_count             INTEGER,     -- AMD: .vgpr_count (AGPRs folded in on gfx90a+)
+    agpr_count             INTEGER,
+    sgpr_count             INTEGER,
+    vgpr_spill_count       INTEGER,
+    sgpr_spill_count       INTEGER,
+    lds_static             BIGINT,      -- AMD .group_segment_fixed_size / NVIDIA .nv.shared size
+    scratch_bytes          BIGINT,      -- AMD .private_segment_fixed_size (per work-item)
+    wavefront_size         INTEGER,
+    max_workgroup_size     INTEGER,
+    kernarg_size           INTEGER,
+    dynamic_stack          BOOLEAN,
+    code_size              BIGINT,      -- bytes of machine code (symbol size)
+    descriptor             JSON,        -- AMD kernel descriptor fields
+    co_metadata            JSON,        -- AMD: the whole metadata-note map of the kernel; NVIDIA: .nv.info attributes
+    -- NVIDIA
+    registers              INTEGER,     -- vendor-neutral: VGPRs on AMD, registers per thread on NVIDIA
+    stack_bytes            BIGINT,      -- vendor-neutral: AMD scratch per work-item, NVIDIA stack per thread
+    local_bytes            BIGINT,      -- NVIDIA local memory per thread; AMD scratch
+    const0_bytes           BIGINT,      -- NVIDIA constant bank 0
+    -- occupancy
+    occupancy_llvm         INTEGER,     -- AMD: the compiler's figure (= `; Occupancy:` in the asm)
+    occupancy_llvm_limiter VARCHAR,
+    occupancy              INTEGER,     -- launch-time estimate: waves per SIMD (AMD) / warps per SM (NVIDIA)
+    occupancy_limiter      VARCHAR,
+    occupancy_unit         VARCHAR,     -- 'waves/SIMD' or 'warps/SM'
+    vgpr_headroom          INTEGER,     -- VGPRs fewer that would gain one more wave (NULL: none would)
+    asm_occupancy          INTEGER,     -- the `; Occupancy:` comment itself, where the asm has one
+    kernel_info            JSON,        -- the asm `; Kernel info` block as written (Triton 3.2+)
+    -- instruction mix summary
+    instr_source           VARCHAR,     -- amdgcn, llvm-objdump, sass, ptx; NULL when none was available
+    instr_count            INTEGER,
+    spill_count            INTEGER,     -- AMD: `Folded Spill` stores; NVIDIA: st.local in PTX
+    reload_count           INTEGER,
+    scratch_instr_count    INTEGER,
+    ptx_instr_count        INTEGER,
+    -- TTGIR facts
+    ttgir_num_warps        INTEGER,
+    ttgir_num_ctas         INTEGER,
+    threads_per_warp       INTEGER,
+    ttgir_shared           BIGINT,
+    layouts                VARCHAR[],
+    convert_layout_count   INTEGER,
+    local_alloc_count      INTEGER,
+    -- identity across compiler releases (see kdb/identity.py)
+    identity               VARCHAR,     -- hash of identity_parts, with the target
+    identity_any_target    VARCHAR,     -- the same without the target, for --across-targets
+    identity_parts         JSON,
+    PRIMARY KEY (snapshot_id, cache_key)
+);
+
+CREATE TABLE instr_mix_counts (
+    snapshot_id INTEGER NOT NULL,
+    cache_key   VARCHAR NOT NULL,
+    source      VARCHAR NOT NULL,   -- amdgcn, llvm-objdump, ptx, sass
+    mnemonic    VARCHAR NOT NULL,
+    grp         VARCHAR NOT NULL,
+    count       INTEGER NOT NULL
+);
+
+CREATE TABLE source_line_counts (
+    snapshot_id INTEGER NOT NULL,
+    cache_key   VARCHAR NOT NULL,
+    source      VARCHAR NOT NULL,   -- amdgcn or ptx
+    file        VARCHAR NOT NULL,
+    line        INTEGER NOT NULL,   -- 0: instructions with no source line
+    grp         VARCHAR NOT NULL,
+    count       INTEGER NOT NULL
+);
+
+CREATE VIEW kernels AS
+SELECT
+    s.tag, k.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.num_warps, k.num_stages,
+    k.num_ctas, k.waves_per_eu, k.matrix_instr_nonkdim, k.kpack, k.shared,
+    a.vgpr_count, a.agpr_count, a.sgpr_count, a.vgpr_spill_count, a.sgpr_spill_count, a.scratch_bytes,
+    a.lds_static, a.registers, a.stack_bytes, a.local_bytes, a.lds_static AS static_shared, a.code_size,
+    a.occupancy_llvm, a.occupancy_llvm_limiter, a.occupancy, a.occupancy_limiter, a.occupancy_unit,
+    a.vgpr_headroom, a.instr_source, a.instr_count, a.spill_count, a.reload_count, a.scratch_instr_count,
+    a.ptx_instr_count, a.identity, a.identity_any_target, s.snapshot_id
+FROM kernel_folders k
+JOIN snapshots s USING (snapshot_id)
+LEFT JOIN kernel_analysis a USING (snapshot_id, cache_key);
+
+CREATE VIEW instr_mix AS
+SELECT s.tag, m.cache_key, m.mnemonic, m.grp, m.count, m.source
+FROM instr_mix_counts m
+JOIN snapshots s USING (snapshot_id)
+JOIN kernel_analysis a USING (snapshot_id, cache_key)
+WHERE m.source = a.instr_source;
+
+CREATE VIEW ptx_mix AS
+SELECT s.tag, m.cache_key, m.mnemonic, m.grp, m.count
+FROM instr_mix_counts m JOIN snapshots s USING (snapshot_id)
+WHERE m.source = 'ptx';
+
+CREATE VIEW source_lines AS
+SELECT s.tag, l.cache_key, l.file, l.line, l.grp, l.count, l.source
+FROM source_line_counts l JOIN snapshots s USING (snapshot_id);
+
+CREATE VIEW problems AS
+SELECT s.tag, p.cache_key, p.path, p.stage, p.reason
+FROM file_problems p JOIN snapshots s USING (snapshot_id);
+
+CREATE VIEW snapshot_files AS
+SELECT s.tag, f.path, f.kind, f.size, f.hash, f.cache_key
+FROM files f JOIN snapshots s USING (snapshot_id);
