@@ -254,13 +254,45 @@ class Catalog:
         with self.transaction():
             self._delete_snapshot_rows(self.require_snapshot(tag))
 
-    def replace_analysis(self, sid: int, tables: Sequence[Table]) -> None:
-        """Swap a snapshot's derived rows (analysis tables) in one transaction, for `kdb reindex`."""
+    def replace_analysis(self, sid: int, tables: Sequence[Table], problems: Table, keep_stages: Sequence[str]) -> None:
+        """Swap a snapshot's derived rows (analysis tables and analysis problems) in one transaction."""
         with self.transaction():
-            for table in tables:
-                self.con.execute(f"DELETE FROM {table.name} WHERE snapshot_id = ?", [sid])
+            for table in [*tables, problems]:
+                if table.name == "file_problems":
+                    self.con.execute("DELETE FROM file_problems WHERE snapshot_id = ? AND stage NOT IN "
+                                     "(SELECT unnest(?::VARCHAR[]))", [sid, list(keep_stages)])
+                else:
+                    self.con.execute(f"DELETE FROM {table.name} WHERE snapshot_id = ?", [sid])
                 table.data["snapshot_id"] = [sid] * len(table)
                 self.insert(table)
+            self.con.execute(
+                "UPDATE snapshots SET problem_count = (SELECT count(*) FROM file_problems WHERE snapshot_id = ?) "
+                "WHERE snapshot_id = ?", [sid, sid])
+
+    def kernel_cache_keys(self, sid: int) -> list[str]:
+        rows = self.con.execute("SELECT cache_key FROM kernel_folders WHERE snapshot_id = ? ORDER BY cache_key", [sid])
+        return [r[0] for r in rows.fetchall()]
+
+    def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
+        """Rows of the `kernels` view for kernels whose name or cache key matches (glob or exact)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT * EXCLUDE (snapshot_id) FROM kernels WHERE snapshot_id = ? AND (name = ? OR cache_key = ? "
+            "OR name GLOB ?) ORDER BY name, cache_key",
+            [sid, pattern, pattern, pattern],
+        )
+
+    def kernel_detail(self, tag: str, cache_key: str) -> dict[str, Any]:
+        sid = self.require_snapshot(tag)
+        analysis = self._dicts("SELECT * EXCLUDE (snapshot_id) FROM kernel_analysis WHERE snapshot_id = ? AND cache_key = ?",
+                               [sid, cache_key])
+        mix = self._dicts("SELECT grp, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key = ? "
+                          "ORDER BY grp, count DESC, mnemonic", [tag, cache_key])
+        lines = self._dicts("SELECT file, line, grp, count FROM source_lines WHERE tag = ? AND cache_key = ? "
+                            "AND source IN ('amdgcn', 'ptx') ORDER BY file, line, grp", [tag, cache_key])
+        problems = self._dicts("SELECT path, stage, reason FROM file_problems WHERE snapshot_id = ? AND cache_key = ? "
+                               "ORDER BY path", [sid, cache_key])
+        return {"analysis": analysis[0] if analysis else {}, "mix": mix, "lines": lines, "problems": problems}
 
     # -- reading ---------------------------------------------------------------------------------
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:

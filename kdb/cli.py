@@ -141,12 +141,29 @@ def tags(fmt: FormatOpt = "table") -> None:
 @app.command()
 def show(
     tag: Annotated[str, typer.Argument(help="snapshot tag")],
+    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Show one snapshot (or one kernel of it with --kernel)."""
-    fmt = _fmt(fmt)
+    """Show one snapshot, or with --kernel the facts of matching kernels."""
+    fmt = _fmt(fmt, ("table", "json"))
     with _reader() as catalog:
+        if kernel is not None:
+            rows = catalog.kernel_rows(tag, kernel)
+            if not rows:
+                raise UsageError(f"no kernel matching {kernel!r} in snapshot {tag!r}")
+            details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
+            _out(render.render_kernels(details, fmt))
+            return
         _out(render.render_snapshot(catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt))
+
+
+@app.command()
+def reindex(tags: Annotated[Optional[list[str]], typer.Argument(help="snapshot tags (default: all)")] = None) -> None:
+    """Recompute the analysis of stored snapshots from their blobs (after a kdb upgrade)."""
+    from kdb.ingest import reindex as run_reindex
+
+    for tag, kernels in run_reindex(state.home, tags or None, lock_wait_s=state.wait).items():
+        _out(f"reindexed {tag}: {kernels} kernels\n")
 
 
 @app.command()

@@ -233,3 +233,38 @@ def analysis_rows_to_tables(rows_by_table: dict[str, list[dict[str, Any]]]) -> l
             table.add(**row)
         tables.append(table)
     return tables
+
+
+# Problems recorded while walking and reading belong to the ingest; the rest come from analysis.
+INGEST_PROBLEM_STAGES = ("walk", "read")
+
+
+def reindex(home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0) -> dict[str, int]:
+    """Recompute every analysis table of the given snapshots (all when None) from the stored blobs."""
+    store = home.store
+    done: dict[str, int] = {}
+    with write_lock(home.lock_path, lock_wait_s):
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+            tags = tags or [s["tag"] for s in catalog.list_snapshots()]
+            for tag in tags:
+                sid = catalog.require_snapshot(tag)
+                by_folder: dict[str, list[dict[str, Any]]] = {}
+                for row in catalog.snapshot_files(tag):
+                    if row["cache_key"] is not None:
+                        by_folder.setdefault(row["cache_key"], []).append(row)
+                rows: dict[str, list[dict[str, Any]]] = {}
+                problems = Table("file_problems", PROBLEM_COLUMNS)
+                for cache_key in catalog.kernel_cache_keys(sid):
+                    files = [FolderFile(r["path"], r["kind"], store.get(r["hash"], r["size"])) for r in by_folder.get(cache_key, [])]
+                    walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
+                    json_file = kernel_json(walked)
+                    if json_file is None:
+                        continue
+                    result = analyze_folder(cache_key, next(f for f in files if f.rel == json_file.rel), files)
+                    for table, table_rows in result.rows.items():
+                        rows.setdefault(table, []).extend(table_rows)
+                    for path, stage, reason in result.problems:
+                        problems.add(path=path, cache_key=cache_key, stage=stage, reason=reason)
+                catalog.replace_analysis(sid, analysis_rows_to_tables(rows), problems, INGEST_PROBLEM_STAGES)
+                done[tag] = len(catalog.kernel_cache_keys(sid))
+    return done

@@ -167,3 +167,35 @@ def render_verify(report: Any, fmt: str) -> str:
     out += (f"verify: {status}; {report.blobs_checked} blobs re-hashed, {report.unreferenced} unreferenced "
             f"({human_bytes(report.unreferenced_bytes)}, `kdb gc` frees them), {report.temporaries} leftover temporaries\n")
     return out
+
+
+KERNEL_HEADLINE = ("name", "cache_key", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared",
+                   "vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "scratch_bytes",
+                   "registers", "stack_bytes", "static_shared", "code_size", "occupancy_llvm", "occupancy_llvm_limiter",
+                   "occupancy", "occupancy_limiter", "occupancy_unit", "vgpr_headroom", "instr_source", "instr_count",
+                   "spill_count", "reload_count")
+
+
+def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return to_json(details)
+    parts = []
+    for d in details:
+        lines = [f"{k:24} {_cell(d.get(k))}" for k in KERNEL_HEADLINE if d.get(k) is not None]
+        out = "\n".join(lines) + "\n"
+        by_group: dict[str, int] = {}
+        for m in d["mix"]:
+            by_group[m["grp"]] = by_group.get(m["grp"], 0) + m["count"]
+        if by_group:
+            out += "\ninstruction groups:\n" + table_text(["group", "count"], sorted(by_group.items(), key=lambda kv: -kv[1]))
+            top = sorted(d["mix"], key=lambda m: -m["count"])[:15]
+            out += "\ntop mnemonics:\n" + table_text(["mnemonic", "group", "count"], [[m["mnemonic"], m["grp"], m["count"]] for m in top])
+        hot = [ln for ln in d["lines"] if ln["grp"] in ("matrix", "scratch", "local") and ln["line"]]
+        if hot:
+            out += "\nsource lines with matrix / spill instructions:\n" + table_text(
+                ["file", "line", "group", "count"],
+                [[ln["file"].rsplit("/", 1)[-1], ln["line"], ln["grp"], ln["count"]] for ln in hot])
+        if d["problems"]:
+            out += "\nproblems:\n" + "".join(f"  {p['path']}: {p['stage']}: {p['reason']}\n" for p in d["problems"])
+        parts.append(out)
+    return "\n".join(parts)
