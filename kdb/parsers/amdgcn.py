@@ -35,11 +35,11 @@ FOLDED_RE = re.compile(r";\s*(\d+)-byte Folded (Spill|Reload)\b")
 # ; Kernel info:
 KERNEL_INFO_HEADER_RE = re.compile(r"^;\s*Kernel info:\s*$")
 # ; codeLenInByte = 7228          ; TotalNumSgprs: 24          ; COMPUTE_PGM_RSRC2:SCRATCH_EN: 0
-KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*?)\s*$")
+KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*)$")
 #	.amdhsa_private_segment_fixed_size 664
 AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d+)")
 #   .vgpr_count:     334      (a key of a kernel map in the `.amdgpu_metadata` YAML)
-YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):\s*(?P<value>.*?)\s*$")
+YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):(?P<value>.*)$")
 # `buffer_store_dword v1, off, s[0:3], 0 offset:4`: MUBUF with no vaddr, addressing the scratch descriptor
 MUBUF_SCRATCH_OPERANDS_RE = re.compile(r"^[^,]+,\s*off\s*,\s*s\[")
 
@@ -175,7 +175,7 @@ def parse_amdgcn(text: str) -> AsmListing:
         if in_info:
             match = KERNEL_INFO_LINE_RE.match(line)
             if match and info_for is not None:
-                _info_entry(info_for.kernel_info, match.group("body"))
+                _info_entry(info_for.kernel_info, match.group("body").rstrip())
                 continue
             in_info = False
         if not line:
@@ -283,7 +283,7 @@ def _yaml_kernels(lines: list[str]) -> dict[str, dict[str, int | str | bool]]:
             kernels.append({})
         elif entry_indent is None or indent != entry_indent + 2 or not kernels:
             continue
-        value = match.group("value")
+        value = match.group("value").strip()
         if value == "":
             continue
         kernels[-1][match.group("key")] = _yaml_scalar(value)

@@ -1,0 +1,109 @@
+"""Hostile input to the AMD parsers: truncations, byte flips and random bytes seeded from real corpus files.
+Only kdb.errors.ParseError may escape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kdb.errors import ParseError
+from kdb.parsers.amdgcn import parse_amdgcn
+from kdb.parsers.hsaco import parse_hsaco
+from kdb.parsers.ttgir import parse_ttgir
+
+from conftest import CORPUS, load_manifest, unpack_archive
+
+
+def _seed_files() -> dict[str, list[bytes]]:
+    """The smallest .hsaco/.amdgcn/.ttgir of each AMD snapshot (v4 and v5 code objects, both IR prefixes)."""
+    seeds: dict[str, list[bytes]] = {"hsaco": [], "amdgcn": [], "ttgir": []}
+    if not (CORPUS / "manifest.json").exists():
+        return seeds
+    import tempfile
+
+    snapshots = load_manifest()["snapshots"]
+    with tempfile.TemporaryDirectory(prefix="kdb-fuzz-") as tmp:
+        for name, entry in sorted(snapshots.items()):
+            if entry.get("backend") != "hip":
+                continue
+            root = unpack_archive(CORPUS / entry["archive"], Path(tmp) / name)
+            for suffix in seeds:
+                files = sorted(root.rglob(f"*.{suffix}"), key=lambda p: (p.stat().st_size, str(p)))
+                if files:
+                    seeds[suffix].append(files[0].read_bytes())
+    return seeds
+
+
+SEEDS = _seed_files()
+needs_seeds = pytest.mark.skipif(not SEEDS["hsaco"], reason="corpus/manifest.json with AMD snapshots not built")
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def mutated(draw: st.DrawFn, kind: str) -> bytes:
+    seed = draw(st.sampled_from(SEEDS[kind]))
+    how = draw(st.sampled_from(["truncate", "flip", "splice", "random"]))
+    if how == "random":
+        return draw(st.binary(max_size=4096))
+    if how == "truncate":
+        return seed[: draw(st.integers(0, len(seed)))]
+    data = bytearray(seed)
+    if how == "flip":
+        for _ in range(draw(st.integers(1, 8))):
+            position = draw(st.integers(0, len(data) - 1))
+            data[position] = draw(st.integers(0, 255))
+        return bytes(data)
+    # splice: overwrite a window with random bytes (hits length fields and counts together)
+    start = draw(st.integers(0, len(data) - 1))
+    patch = draw(st.binary(min_size=1, max_size=64))
+    data[start:start + len(patch)] = patch
+    return bytes(data[: len(seed)])
+
+
+def _only_parse_error(call, *args) -> None:
+    try:
+        call(*args)
+    except ParseError:
+        pass
+
+
+@needs_seeds
+@FUZZ
+@given(data=mutated("hsaco"))
+def test_parse_hsaco_fuzz(data: bytes) -> None:
+    _only_parse_error(parse_hsaco, data)
+
+
+@needs_seeds
+@FUZZ
+@given(data=mutated("amdgcn"))
+def test_parse_amdgcn_fuzz(data: bytes) -> None:
+    _only_parse_error(parse_amdgcn, data.decode("utf-8", errors="replace"))
+
+
+@needs_seeds
+@FUZZ
+@given(data=mutated("ttgir"))
+def test_parse_ttgir_fuzz(data: bytes) -> None:
+    _only_parse_error(parse_ttgir, data.decode("utf-8", errors="replace"))
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(text=st.text(max_size=2000))
+def test_text_parsers_on_arbitrary_text(text: str) -> None:
+    _only_parse_error(parse_amdgcn, text)
+    _only_parse_error(parse_ttgir, text)
+
+
+@needs_seeds
+def test_real_seeds_parse() -> None:
+    for data in SEEDS["hsaco"]:
+        assert parse_hsaco(data).kernels
+    for data in SEEDS["amdgcn"]:
+        assert parse_amdgcn(data.decode()).kernels
+    for data in SEEDS["ttgir"]:
+        assert parse_ttgir(data.decode())["num_warps"]
