@@ -1,0 +1,81 @@
+"""The catalog as a public interface: views and columns that users' saved queries rely on, migrations,
+and catalog figures checked against independent sources on the corpus."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from conftest import load_manifest
+from helpers import kdb
+from kdb.catalog import Catalog, schema_files
+
+CONTRACT = {
+    "kernels": ["tag", "cache_key", "name", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared",
+                "vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "scratch_bytes",
+                "occupancy_llvm", "occupancy", "occupancy_limiter", "instr_count", "registers", "stack_bytes",
+                "local_bytes", "static_shared", "occupancy_unit"],
+    "instr_mix": ["tag", "cache_key", "mnemonic", "grp", "count"],
+    "source_lines": ["tag", "cache_key", "file", "line", "grp", "count"],
+    "problems": ["tag", "cache_key", "path", "stage", "reason"],
+}
+AMD = sorted(n for n, e in load_manifest()["snapshots"].items() if e["backend"] == "hip")
+
+
+def test_fresh_catalog_has_every_migration_and_contract_columns(tmp_path):
+    path = tmp_path / "catalog.duckdb"
+    with Catalog.open(path) as catalog:
+        applied = [name for _, name in catalog.applied_migrations()]
+        assert applied == [name for _, name, _ in schema_files()]
+        for view, columns in CONTRACT.items():
+            cur = catalog.con.execute(f"SELECT * FROM {view} LIMIT 0")
+            present = [d[0] for d in cur.description]
+            assert [c for c in columns if c not in present] == [], view
+    # reopening applies nothing twice
+    with Catalog.open(path) as catalog:
+        assert catalog.migrate() == []
+
+
+def test_upgrade_from_first_migration_keeps_data(tmp_path):
+    path = tmp_path / "catalog.duckdb"
+    first = schema_files()[0]
+    Catalog._create(path)
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP))")
+    con.execute(first[2])
+    con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [first[0], first[1]])
+    con.execute("INSERT INTO snapshots VALUES (1, 'old', now()::TIMESTAMP, '/x', 'h', '0', [], [], 0, 0, 0, 0, 0, 0, MAP {})")
+    con.close()
+    with Catalog.open(path) as catalog:
+        assert [s["tag"] for s in catalog.list_snapshots()] == ["old"]
+        assert len(catalog.applied_migrations()) == len(schema_files())
+
+
+@pytest.mark.parametrize("name", AMD)
+def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, unpack_snapshot, tmp_path, capsys):
+    """`; Kernel info` (Triton 3.2+) and the `.amdgpu_metadata` YAML are the compiler's own account."""
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    rows = con.execute("SELECT k.name, k.occupancy_llvm, k.vgpr_count, k.sgpr_count, k.scratch_bytes, a.kernel_info, "
+                       "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (snapshot_id, cache_key)").fetchall()
+    assert len(rows) == load_manifest()["snapshots"][name]["kernel_count"]
+    with_info = 0
+    for kname, occ, vgpr, sgpr, scratch, info_json, source, count in rows:
+        assert source == "amdgcn" and count > 0, kname
+        if info_json is None:
+            continue
+        info = json.loads(info_json)
+        with_info += 1
+        assert occ == info["Occupancy"], kname
+        assert vgpr == info["TotalNumVgprs"], kname
+        assert scratch == info["ScratchSize"], kname
+        assert sgpr == info["TotalNumSgprs"], kname
+    version = load_manifest()["snapshots"][name]["triton_version"]
+    if tuple(int(p) for p in version.split(".")[:2]) >= (3, 2):
+        assert with_info == len(rows)
+    else:
+        assert with_info == 0
