@@ -6,6 +6,7 @@ decode gfx94x, gfx950, gfx11 or gfx12, so only a recent one is accepted.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -33,8 +34,10 @@ LLVM_VERSION_RE = re.compile(r"LLVM version (\d+)\.")
 UNKNOWN = "unknown"
 
 
+@functools.cache
 def find_objdump() -> str | None:
-    """Path of an llvm-objdump able to decode every AMD target kdb knows (LLVM 19+), else None."""
+    """Path of an llvm-objdump able to decode every AMD target kdb knows (LLVM 19+), else None.
+    KDB_LLVM_OBJDUMP, when set, is tried first."""
     override = os.environ.get("KDB_LLVM_OBJDUMP")
     for candidate in ((override,) if override else ()) + OBJDUMP_CANDIDATES + ("llvm-objdump",):
         path = candidate if os.path.isabs(candidate) and os.access(candidate, os.X_OK) else shutil.which(candidate)

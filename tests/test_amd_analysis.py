@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, load_manifest
 
 from kdb import disasm
 from kdb.errors import ParseError
@@ -21,8 +22,6 @@ from kdb.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_hea
 from kdb.parsers.amdgcn import GROUPS, classify, parse_amdgcn
 from kdb.parsers.hsaco import parse_hsaco
 from kdb.parsers.ttgir import parse_ttgir
-
-from conftest import CORPUS, load_manifest
 
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 READELF = str(LLVM_BIN / "llvm-readelf")

@@ -3,9 +3,11 @@ Only kdb.errors.ParseError may escape."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, load_manifest, unpack_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,26 +16,22 @@ from kdb.parsers.amdgcn import parse_amdgcn
 from kdb.parsers.hsaco import parse_hsaco
 from kdb.parsers.ttgir import parse_ttgir
 
-from conftest import CORPUS, load_manifest, unpack_archive
-
 
 def _seed_files() -> dict[str, list[bytes]]:
     """The smallest .hsaco/.amdgcn/.ttgir of each AMD snapshot (v4 and v5 code objects, both IR prefixes)."""
     seeds: dict[str, list[bytes]] = {"hsaco": [], "amdgcn": [], "ttgir": []}
     if not (CORPUS / "manifest.json").exists():
         return seeds
-    import tempfile
-
     snapshots = load_manifest()["snapshots"]
     with tempfile.TemporaryDirectory(prefix="kdb-fuzz-") as tmp:
         for name, entry in sorted(snapshots.items()):
             if entry.get("backend") != "hip":
                 continue
             root = unpack_archive(CORPUS / entry["archive"], Path(tmp) / name)
-            for suffix in seeds:
+            for suffix, found in seeds.items():
                 files = sorted(root.rglob(f"*.{suffix}"), key=lambda p: (p.stat().st_size, str(p)))
                 if files:
-                    seeds[suffix].append(files[0].read_bytes())
+                    found.append(files[0].read_bytes())
     return seeds
 
 

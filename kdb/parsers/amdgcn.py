@@ -83,9 +83,9 @@ def classify(mnemonic: str, private_segment: bool, operands: str | None = None) 
     if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic
                                                or (operands is not None and LDS_MODIFIER_RE.search(operands))):
         return "lds_dma"
-    if private_segment and mnemonic.startswith(("buffer_load", "buffer_store")):
-        if operands is None or MUBUF_SCRATCH_OPERANDS_RE.match(operands):
-            return "scratch"
+    if private_segment and mnemonic.startswith(("buffer_load", "buffer_store")) \
+            and (operands is None or MUBUF_SCRATCH_OPERANDS_RE.match(operands)):
+        return "scratch"
     for group, prefixes in _PREFIX_GROUPS:
         if mnemonic.startswith(prefixes):
             return group

@@ -6,6 +6,7 @@ Layout facts: shared/reference/amd-code-objects.md (checked against LLVM 22's ll
 from __future__ import annotations
 
 import io
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from kdb.errors import ParseError
 from kdb.occupancy import ARCH_BY_MACH, arch_spec
@@ -23,6 +25,8 @@ ELFOSABI_AMDGPU_HSA = 64
 NT_AMDGPU_METADATA = 32
 # e_ident[EI_ABIVERSION] -> code-object version, for OS ABI AMDGPU_HSA.
 CODE_OBJECT_VERSIONS = {1: 3, 2: 4, 3: 5, 4: 6}
+# gfx10-3-generic, gfx9-4-generic, gfx11-generic
+GENERIC_NAME_RE = re.compile(r"^gfx(\d{1,2})-")
 FEATURE_STATES = ("unsupported", "any", "off", "on")  # v4+ two-bit xnack/sramecc fields
 KERNEL_DESCRIPTOR_SIZE = 64
 # Real notes are a few KB per kernel; refuse anything that would make msgpack build huge objects.
@@ -121,7 +125,7 @@ def _parse(data: bytes) -> CodeObject:
     kernels_meta = note.get("amdhsa.kernels")
     if not isinstance(kernels_meta, list):
         raise ParseError("metadata note has no amdhsa.kernels list")
-    symbols = _symbols(elf, data)
+    symbols = _symbols(elf)
     kernels = [_kernel(meta, arch, symbols, sections, data) for meta in kernels_meta]
     return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None,
                       kernels)
@@ -207,9 +211,9 @@ class _Symbol:
     kind: str
 
 
-def _symbols(elf: ELFFile, data: bytes) -> dict[str, _Symbol]:
+def _symbols(elf: ELFFile) -> dict[str, _Symbol]:
     table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-    if table is None:
+    if not isinstance(table, SymbolTableSection):
         raise ParseError("no symbol table")
     if table.header["sh_entsize"] != 24:
         raise ParseError(f"symbol entry size {table.header['sh_entsize']} is not 24")
@@ -309,15 +313,9 @@ def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_S
 
 
 def _generation_from_name(arch: str) -> int | None:
-    # Generic targets ('gfx11-generic') and unknown gfxNNNN: the leading digits after 'gfx' minus the last two.
-    digits = ""
-    for char in arch.removeprefix("gfx"):
-        if not char.isdigit():
-            break
-        digits += char
-    if arch.endswith("-generic") or len(digits) < 3:
-        return int(digits) if digits and len(digits) <= 2 else None
-    return int(digits[:-2])
+    # Only generic targets reach here with a usable name ('gfx9-4-generic', 'gfx10-3-generic').
+    match = GENERIC_NAME_RE.match(arch)
+    return int(match.group(1)) if match else None
 
 
 def _int(meta: dict[str, Any], key: str, kernel: str) -> int:

@@ -48,8 +48,9 @@ def parse_ttgir(text: str) -> dict[str, Any]:
         value: int | str = match.group("str") if match.group("str") is not None else int(match.group("int"))
         attributes[match.group("key")] = value
         typed = _TYPED_ATTRS.get(match.group("key"))
-        if typed is not None:
-            result[typed] = value if (typed == "target") == isinstance(value, str) else None
+        # `target` is the one string among the typed attributes; a wrongly typed value stays None.
+        if typed is not None and isinstance(value, str) == (typed == "target"):
+            result[typed] = value
     if prefix is None:
         raise ParseError("TTGIR module has no triton_gpu/ttg attributes")
     result["prefix"] = prefix
