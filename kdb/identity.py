@@ -1,0 +1,403 @@
+"""Identity of a kernel specialization across Triton releases, rebuilt from its TTIR and JSON.
+
+Cache folder names change with every release, so `kdb diff` matches kernels by a key built from
+what the artifacts say about the specialization (see shared/reference/triton-cache.md, "What
+identifies the same kernel specialization"):
+
+* the kernel name;
+* the target `backend:arch:warp_size` (only in `identity`, not in `identity_any_target`);
+* for each argument of the public `tt.func`: its normalised type (`!tt.ptr<bf16>` -> `ptr<bf16>`),
+  its `tt.*` attributes (divisibility, ...), and the sorted set of source-line offsets, relative to
+  the `def` line, of the ops that use it (locations resolved through `#locN` aliases, names and
+  call sites, keeping only lines of the kernel's own file);
+* the sorted set of tensor shapes in the TTIR;
+* the sorted set of integer constants in the TTIR (`arith.constant N : iK`, `dense<N> : tensor<..xiK>`);
+* num_warps and num_ctas.
+
+Tuning options whose default changed between releases (num_stages, waves_per_eu, kpack,
+matrix_instr_nonkdim, ...) are kept in `parts["options"]` but not hashed: `options_compatible`
+compares them as "equal, or each at its own release's default".
+
+Paths, SSA value names and argument names never enter the key. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from kdb.errors import ParseError
+from kdb.parsers.triton_json import KernelMeta
+
+IDENTITY_VERSION = 1
+
+# -- options compared by release default ----------------------------------------------------------
+# Options kept out of the hash, per backend. `None` as a value in JSON means "not set".
+TUNING_OPTIONS: dict[str, tuple[str, ...]] = {
+    "hip": ("num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
+            "instruction_sched_variant"),
+    "cuda": ("num_stages", "maxnreg"),
+}
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...] | None:
+    if not version:
+        return None
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def option_default(backend: str | None, option: str, triton_version: str | None) -> Any:
+    """The value a release applies when the user asks for nothing (verified on the corpus JSONs).
+
+    Returns the sentinel `_UNKNOWN` when kdb does not know the release's default.
+    """
+    v = _version_tuple(triton_version)
+    if backend == "hip":
+        if option == "num_stages":
+            if v is None:
+                return _UNKNOWN
+            return 0 if v <= (3, 1) else 2
+        if option == "waves_per_eu":
+            if v is None:
+                return _UNKNOWN
+            return 1 if v <= (3, 5) else 0
+        if option == "matrix_instr_nonkdim":
+            return 0
+        if option == "kpack":
+            return 1
+        if option in ("schedule_hint", "instruction_sched_variant"):
+            return "none"
+    if backend == "cuda":
+        if option == "num_stages":
+            return 3
+        if option == "maxnreg":
+            return None
+    return _UNKNOWN
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "<unknown default>"
+
+
+_UNKNOWN = _Unknown()
+
+
+def options_compatible(a: dict[str, Any], b: dict[str, Any], version_a: str | None = None,
+                       version_b: str | None = None) -> tuple[bool, list[str]]:
+    """Compare two `parts["options"]` dicts: every option equal, or each side at its own release's default.
+
+    An option absent from one side (a release that has no such option) counts as that side's default.
+    `version_a`/`version_b` stand in for a JSON without `triton_version` (before 3.3): the catalog's
+    release family inferred from the folder name, e.g. '3.0-3.1'.
+    Returns (compatible, names of options that differ and are not both at their defaults).
+    """
+    backend_a, backend_b = a.get("backend"), b.get("backend")
+    ver_a, ver_b = a.get("triton_version") or version_a, b.get("triton_version") or version_b
+    vals_a, vals_b = a.get("values") or {}, b.get("values") or {}
+    differing = []
+    for key in sorted(set(vals_a) | set(vals_b)):
+        da, db = option_default(backend_a, key, ver_a), option_default(backend_b, key, ver_b)
+        va = vals_a.get(key, da)
+        vb = vals_b.get(key, db)
+        if va == vb:
+            continue
+        at_default_a = da is not _UNKNOWN and va == da
+        at_default_b = db is not _UNKNOWN and vb == db
+        if at_default_a and at_default_b:
+            continue
+        differing.append(key)
+    return (not differing, differing)
+
+
+# -- TTIR scanning ----------------------------------------------------------------------------------
+_ALIAS_DEF = re.compile(r"^(#loc\d*)\s*=\s*loc\((.*)\)\s*$")
+_FUNC_HEAD = re.compile(r"^\s*tt\.func\s+(public\s+)?@([\w$.]+)\s*\(")
+_FILE_LOC = re.compile(r'^"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_NAME_LOC = re.compile(r'^"((?:[^"\\]|\\.)*)"\s*\(')
+_TENSOR = re.compile(r"tensor<((?:\d+x)+)")
+_INT_CONST = re.compile(r"arith\.constant\s+(-?\d+)\s*:\s*(i\d+)\b")
+_DENSE_INT = re.compile(r"arith\.constant\s+dense<(-?\d+)>\s*:\s*tensor<(?:\d+x)+(i\d+)>")
+_TRAILING_LOC = re.compile(r"\bloc\((.*)\)\s*$")
+MAX_LOC_DEPTH = 64
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on `sep` where not nested in (), [], <>, {} or a string."""
+    out, depth, start, i, in_str = [], 0, 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if in_str:
+            if c == "\\":
+                i += 2
+                continue
+            if c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif depth == 0 and text.startswith(sep, i):
+            out.append(text[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    out.append(text[start:])
+    return out
+
+
+def _matching_paren(text: str, open_at: int) -> int:
+    depth, i, in_str = 0, open_at, False
+    while i < len(text):
+        c = text[i]
+        if in_str:
+            if c == "\\":
+                i += 2
+                continue
+            if c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ParseError("TTIR: unbalanced parentheses")
+
+
+class _Locs:
+    def __init__(self, aliases: dict[str, str]) -> None:
+        self.aliases = aliases
+
+    def resolve(self, body: str, depth: int = 0) -> list[tuple[str, int]]:
+        """(file, line) candidates of a location body (the text inside `loc(...)`), innermost-caller first."""
+        if depth > MAX_LOC_DEPTH:
+            raise ParseError("TTIR: location aliases nest too deeply (a cycle?)")
+        body = body.strip()
+        if body.startswith("#loc"):
+            target = self.aliases.get(body)
+            if target is None:
+                raise ParseError(f"TTIR: undefined location alias {body}")
+            return self.resolve(target, depth + 1)
+        if body.startswith("loc(") and body.endswith(")"):
+            return self.resolve(body[4:-1], depth + 1)
+        if body == "unknown" or not body:
+            return []
+        if body.startswith("callsite("):
+            inner = body[len("callsite("): _matching_paren(body, len("callsite"))]
+            parts = _split_top(inner, " at ")
+            if len(parts) != 2:
+                raise ParseError("TTIR: malformed callsite location")
+            # The caller (B in `callsite(A at B)`) is where the kernel's own code is.
+            return self.resolve(parts[1], depth + 1) + self.resolve(parts[0], depth + 1)
+        if body.startswith("fused"):
+            start = body.find("[")
+            if start < 0:
+                return []
+            end = body.rfind("]")
+            out: list[tuple[str, int]] = []
+            for piece in _split_top(body[start + 1:end], ","):
+                out += self.resolve(piece, depth + 1)
+            return out
+        m = _FILE_LOC.match(body)
+        if m:
+            return [(m.group(1), int(m.group(2)))]
+        m = _NAME_LOC.match(body)
+        if m:
+            open_at = m.end() - 1
+            return self.resolve(body[open_at + 1: _matching_paren(body, open_at)], depth + 1)
+        return []
+
+
+def _func_signature(lines: list[str]) -> tuple[int, str, str]:
+    """(line index, kernel name, argument text) of the public tt.func."""
+    candidates = [(i, m) for i, line in enumerate(lines) if (m := _FUNC_HEAD.match(line))]
+    if not candidates:
+        raise ParseError("TTIR: no tt.func found")
+    public = [(i, m) for i, m in candidates if m.group(1)]
+    i, m = (public or candidates)[0]
+    line = lines[i]
+    open_at = m.end() - 1
+    close = _matching_paren(line, open_at)
+    return i, m.group(2), line[open_at + 1:close]
+
+
+def _parse_args(arg_text: str) -> list[dict[str, Any]]:
+    args = []
+    if not arg_text.strip():
+        return args
+    for piece in _split_top(arg_text, ","):
+        piece = piece.strip()
+        m = re.match(r"^(%[\w$.-]+)\s*:\s*", piece)
+        if not m:
+            raise ParseError(f"TTIR: cannot read function argument {piece[:60]!r}")
+        rest = piece[m.end():]
+        loc = None
+        lm = _TRAILING_LOC.search(rest)
+        if lm:
+            loc = lm.group(1)
+            rest = rest[: lm.start()].strip()
+        attrs: dict[str, str] = {}
+        brace = rest.find("{")
+        if brace >= 0 and rest.endswith("}"):
+            attr_text = rest[brace + 1:-1]
+            rest = rest[:brace].strip()
+            for item in _split_top(attr_text, ","):
+                key, sep, value = item.partition("=")
+                key = key.strip()
+                if key.startswith("tt."):
+                    value = value.strip()
+                    value = re.sub(r"\s*:\s*i\d+$", "", value) if sep else "true"
+                    attrs[key] = value
+        args.append({"ssa": m.group(1), "type": normalise_type(rest), "attrs": attrs, "loc": loc})
+    return args
+
+
+def normalise_type(text: str) -> str:
+    return re.sub(r"!tt\.", "", text.strip())
+
+
+def _body_range(lines: list[str], head: int) -> tuple[int, int, str | None]:
+    """Body lines (start, end exclusive) of the function whose header is at `head`, and its own loc."""
+    depth = 0
+    for j in range(head, len(lines)):
+        stripped = lines[j].strip()
+        depth += _brace_delta(stripped)
+        if j > head and depth <= 0:
+            m = _TRAILING_LOC.search(stripped)
+            return head + 1, j, m.group(1) if m else None
+    raise ParseError("TTIR: function body is not closed")
+
+
+def _brace_delta(line: str) -> int:
+    # Strings in TTIR lines (locations) never hold braces in practice; strip them anyway.
+    line = re.sub(r'"(?:[^"\\]|\\.)*"', '""', line)
+    return line.count("{") - line.count("}")
+
+
+def _uses(lines: list[str], start: int, end: int, names: list[str]) -> dict[int, list[str]]:
+    """For each argument index, the loc bodies of the ops that use it.
+
+    Ops with regions (`scf.for ... {`) carry their loc on the closing line (`} loc(...)`), so uses on
+    an opening line are attributed when its matching close is reached.
+    """
+    patterns = [re.compile(r"(?<![\w$.%-])" + re.escape(n) + r"(?![\w$.-])") for n in names]
+    out: dict[int, list[str]] = {i: [] for i in range(len(names))}
+    stack: list[list[int]] = []
+    for j in range(start, end):
+        line = lines[j]
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        code = _TRAILING_LOC.sub("", stripped)
+        used = [i for i, p in enumerate(patterns) if p.search(code)]
+        delta = _brace_delta(stripped)
+        if stripped.startswith("}"):
+            if stripped.endswith("{"):  # `} else {` / `} do {`: same op, next region
+                if stack:
+                    stack[-1].extend(used)
+                continue
+            pending = stack.pop() if stack else []
+            m = _TRAILING_LOC.search(stripped)
+            for i in pending + used:
+                if m:
+                    out[i].append(m.group(1))
+            continue
+        if delta > 0:
+            stack.append(used)
+            continue
+        m = _TRAILING_LOC.search(stripped)
+        if m:
+            for i in used:
+                out[i].append(m.group(1))
+    return out
+
+
+def ttir_facts(ttir: str) -> dict[str, Any]:
+    """Every target-independent component read from the TTIR text."""
+    lines = ttir.splitlines()
+    aliases: dict[str, str] = {}
+    for line in lines:
+        m = _ALIAS_DEF.match(line.strip())
+        if m:
+            aliases[m.group(1)] = m.group(2)
+    locs = _Locs(aliases)
+    head, name, arg_text = _func_signature(lines)
+    args = _parse_args(arg_text)
+    body_start, body_end, func_loc = _body_range(lines, head)
+    # The def line: the function's own location, else the first argument's.
+    def_file = def_line = None
+    for body in [func_loc] + [a["loc"] for a in args]:
+        if body:
+            resolved = locs.resolve(body)
+            if resolved:
+                def_file, def_line = resolved[0]
+                break
+    uses = _uses(lines, body_start, body_end, [a["ssa"] for a in args])
+    arg_parts = []
+    for i, a in enumerate(args):
+        offsets: set[int] = set()
+        for body in uses[i]:
+            for file, line in locs.resolve(body):
+                if file == def_file and def_line is not None:
+                    offsets.add(line - def_line)
+                    break
+        arg_parts.append({"type": a["type"], "attrs": dict(sorted(a["attrs"].items())), "use_lines": sorted(offsets)})
+    body_text = "\n".join(lines[head:body_end + 1])
+    shapes = sorted({m.group(1)[:-1] for m in _TENSOR.finditer(body_text)}, key=lambda s: (s.count("x"), [int(d) for d in s.split("x")]))
+    consts = {(int(v), t) for v, t in _INT_CONST.findall(body_text)}
+    consts |= {(int(v), t) for v, t in _DENSE_INT.findall(body_text)}
+    return {
+        "func_name": name,
+        "args": arg_parts,
+        "tensor_shapes": shapes,
+        "int_constants": [f"{v}:{t}" for v, t in sorted(consts, key=lambda c: (c[1], c[0]))],
+        "has_def_line": def_line is not None,
+    }
+
+
+def _hash(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
+
+
+def meta_options(meta: KernelMeta) -> dict[str, Any]:
+    backend = meta.backend
+    values = {}
+    for key in TUNING_OPTIONS.get(backend or "", ()):
+        if key in meta.raw:
+            value = meta.raw[key]
+            if isinstance(value, (int, str, float, bool)) or value is None:
+                values[key] = value
+    return {"backend": backend, "triton_version": meta.triton_version, "values": values}
+
+
+def kernel_identity(ttir: str | None, meta: KernelMeta) -> dict[str, Any] | None:
+    """The identity of one kernel folder, or None without TTIR. Raises ParseError on TTIR it cannot read."""
+    if ttir is None:
+        return None
+    facts = ttir_facts(ttir)
+    target = f"{meta.backend}:{meta.arch}:{meta.warp_size}"
+    hashed = {
+        "v": IDENTITY_VERSION,
+        "name": meta.name,
+        "args": facts["args"],
+        "tensor_shapes": facts["tensor_shapes"],
+        "int_constants": facts["int_constants"],
+        "num_warps": meta.num_warps,
+        "num_ctas": meta.num_ctas if meta.num_ctas is not None else 1,
+    }
+    parts = {**hashed, "target": target, "options": meta_options(meta), "func_name": facts["func_name"]}
+    return {
+        "identity": _hash({**hashed, "target": target}),
+        "identity_any_target": _hash(hashed),
+        "parts": parts,
+    }
