@@ -291,3 +291,24 @@ def test_classify_reference_table() -> None:
     assert classify("buffer_store_dword", True, "v1, off, s[0:3], 0 offset:4") == "scratch"
     assert classify("buffer_load_dwordx4", True, "v[0:3], v4, s[8:11], 0 offen") == "vmem_load"
     assert classify("buffer_load_dword", False, "v1, s[4:7], 0 offen lds") == "lds_dma"
+
+
+def test_occupancy_rules_from_reference() -> None:
+    assert compiler_occupancy("gfx908", 64, 12, 81) == (9, "sgpr")
+    assert compiler_occupancy("gfx908", 64, 12, 80) == (10, "max_waves")
+    assert compiler_occupancy("gfx90a", 64, 12, 100) == (8, "max_waves")
+    assert compiler_occupancy("gfx90a", 64, 12, 101) == (7, "sgpr")
+    assert compiler_occupancy("gfx942:sramecc+:xnack-", 64, 334, 24) == (1, "vgpr")
+    assert compiler_occupancy("gfx1100", 32, 256, 107) == (5, "vgpr")  # granule 24: 1536 // 264
+    assert compiler_occupancy("gfx1102", 32, 256, 107) == (4, "vgpr")
+    assert compiler_occupancy("gfx1030", 32, 4, 200) == (16, "max_waves")  # SGPRs never limit on gfx10+
+    # The reference's example: 33 KB of LDS and 4 warps on gfx942 leave room for one workgroup.
+    assert launch_occupancy("gfx942", 64, 128, 24, 33 * 1024, 4) == (1, "lds")
+    assert launch_occupancy("gfx942", 64, 128, 24, 0, 4) == (4, "vgpr")
+    assert launch_occupancy("gfx942", 64, 16, 24, 0, 1) == (8, "max_waves")
+    assert launch_occupancy("gfx942", 64, 16, 24, 65 * 1024, 4) == (0, "lds")
+    assert vgpr_headroom("gfx942", 64, 334, 24) == 78
+    assert vgpr_headroom("gfx942", 64, 64, 24) is None
+    assert vgpr_headroom("gfx90a", 64, 64, 101) is None  # SGPRs cap it at 7 anyway
+    assert vgpr_headroom("gfx90a", 64, 100, 101) == 4  # 104 allocated -> 4 waves; 96 gives 5
+    assert vgpr_headroom("gfx1100", 32, 256, 107) == 16
