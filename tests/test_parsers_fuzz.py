@@ -105,3 +105,12 @@ def test_real_seeds_parse() -> None:
         assert parse_amdgcn(data.decode()).kernels
     for data in SEEDS["ttgir"]:
         assert parse_ttgir(data.decode())["num_warps"]
+
+
+def test_huge_numbers_are_not_a_crash() -> None:
+    digits = "9" * 5000  # int() refuses more than 4300 digits
+    asm = (f'.type k,@function\nk:\n.file {digits} "a" "b"\n.loc 1 {digits} 0\n'
+           f'.amdhsa_next_free_vgpr {digits}\ns_nop 0 ; {digits}-byte Folded Spill\n; -- End function\n'
+           f"; Kernel info:\n; Occupancy: {digits}\n")
+    _only_parse_error(parse_amdgcn, asm)
+    _only_parse_error(parse_ttgir, f'module attributes {{"ttg.num-warps" = {digits} : i32}} {{\n}}')

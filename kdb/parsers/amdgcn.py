@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from kdb.errors import ParseError
 
-# Bounds against hostile input: real listings are at most a few MB.
+# Bounds against hostile input: real listings are at most a few MB. Numbers in the regexes are
+# length-bounded too, since int() refuses strings of more than 4300 digits.
 MAX_TEXT_CHARS = 256 * 1024 * 1024
 MAX_LINE_CHARS = 64 * 1024
 
@@ -25,19 +26,19 @@ FUNC_END_RE = re.compile(r"^\.Lfunc_end\d+:")
 #                                         ; -- End function
 END_FUNCTION_COMMENT = "; -- End function"
 #	.file	1 "/tmp/dev" "build.py"      (also `.file 1 "/abs/build.py"`, and an optional `md5 0x…` tail)
-FILE_RE = re.compile(r'^\.file\s+(\d+)\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
+FILE_RE = re.compile(r'^\.file\s+(\d{1,9})\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
 #	.loc	1 22 25 is_stmt 1               ; build.py:22:25
-LOC_RE = re.compile(r"^\.loc\s+(\d+)\s+(\d+)(?:\s+(\d+))?")
+LOC_RE = re.compile(r"^\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
 #	v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[4:5], a[0:15]   (mnemonic, then operands)
 INSTRUCTION_RE = re.compile(r"^([a-z][a-z0-9_.]*)(?:\s+(.*))?$")
 #	buffer_store_dword v1, off, s[0:3], 0 offset:4 ; 4-byte Folded Spill
-FOLDED_RE = re.compile(r";\s*(\d+)-byte Folded (Spill|Reload)\b")
+FOLDED_RE = re.compile(r";\s*(\d{1,9})-byte Folded (Spill|Reload)\b")
 # ; Kernel info:
 KERNEL_INFO_HEADER_RE = re.compile(r"^;\s*Kernel info:\s*$")
 # ; codeLenInByte = 7228          ; TotalNumSgprs: 24          ; COMPUTE_PGM_RSRC2:SCRATCH_EN: 0
 KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*)$")
 #	.amdhsa_private_segment_fixed_size 664
-AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d+)")
+AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d{1,19})\b")
 #   .vgpr_count:     334      (a key of a kernel map in the `.amdgpu_metadata` YAML)
 YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):(?P<value>.*)$")
 # `buffer_store_dword v1, off, s[0:3], 0 offset:4`: MUBUF with no vaddr, addressing the scratch descriptor
