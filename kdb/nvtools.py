@@ -29,7 +29,8 @@ SASS_SECTION_RE = re.compile(r"^\.text\.([$\w.]+):\s*$")
 # An instruction line of `nvdisasm -c`:
 #   `        /*00d0*/              @!P6 LDG.E R5, desc[UR4][R2.64] ;`
 #   `        /*0040*/                   HFMA2.MMA R5, -RZ, RZ, 0, 0 ;`
-SASS_INSTR_RE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+\{?\s*(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+#   `        /*0a40*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ, !UPT ;`  (lower-case x)
+SASS_INSTR_RE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+\{?\s*(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 
 
 def triton_bin_dir() -> Path | None:
@@ -94,12 +95,13 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
     tool = find_tool("nvdisasm")
     if tool is None:
         return None
+    # -c: code sections only; -ndf: skip dataflow analysis (same listing, half the time).
     with tempfile.TemporaryDirectory(prefix="kdb-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
         try:
             proc = subprocess.run(
-                [str(tool), "-c", str(path)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False
+                [str(tool), "-c", "-ndf", str(path)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False
             )
         except subprocess.TimeoutExpired as exc:
             raise ParseError(f"nvdisasm took longer than {TOOL_TIMEOUT_S} s") from exc

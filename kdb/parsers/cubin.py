@@ -124,6 +124,16 @@ EIATTR_NAMES: dict[int, str] = {
     0x4C: "EIATTR_NUM_BARRIERS",
     0x4D: "EIATTR_TEXMODE_INDEPENDENT",
     0x4E: "EIATTR_PERF_STATISTICS",
+    # 0x50 and 0x55 seen in Triton 3.4/3.6 cubins and named so by cuobjdump 12.8; the others in
+    # this block follow the order of cuobjdump's own name table, not yet seen in a cubin.
+    0x4F: "EIATTR_AT_ENTRY_FRAGMENTS",
+    0x50: "EIATTR_SPARSE_MMA_MASK",
+    0x51: "EIATTR_TCGEN05_1CTA_USED",
+    0x52: "EIATTR_TCGEN05_2CTA_USED",
+    0x53: "EIATTR_GEN_ERRBAR_AT_EXIT",
+    0x54: "EIATTR_REG_RECONFIG",
+    0x55: "EIATTR_ANNOTATIONS",
+    0x56: "EIATTR_STUB_FUNCTION_KIND",
 }
 _ATTR_ID = {name: i for i, name in EIATTR_NAMES.items()}
 EIATTR_MAX_THREADS = _ATTR_ID["EIATTR_MAX_THREADS"]

@@ -1,0 +1,324 @@
+"""NVIDIA analysis checked against NVIDIA's own tools on every kernel of every CUDA corpus snapshot.
+
+Oracles, each read here by a small parser of its own (independent of the code under test):
+- ``cuobjdump --dump-resource-usage``: registers, stack, static shared, local, constant bank 0;
+- ``cuobjdump -lelf``: the architecture name (``add_one.sm_90a.cubin``);
+- ``cuobjdump -elf``: the names of every ``.nv.info.<kernel>`` attribute, in order;
+- ``cuobjdump -sass``: the SASS opcode counts nvdisasm gives us;
+- Triton's JSON (num_warps, target) for the launch bounds recorded in PTX and cubin;
+- ``tests/nvidia_fixtures/occupancy_sm90.json``: the CUDA driver's occupancy on a real H100/H200.
+
+The tools come from a Triton wheel (``triton/backends/nvidia/bin``; expected: triton 3.6.0, which
+ships cuobjdump/nvdisasm 12.8) found without importing triton, or from ``$KDB_CUDA_BIN``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kdb import nv_occupancy, nvtools
+from kdb.errors import ParseError
+from kdb.parsers.cubin import parse_cubin
+from kdb.parsers.ptx import GROUPS, parse_ptx
+
+from conftest import CORPUS, load_manifest
+
+FIXTURES = Path(__file__).resolve().parent / "nvidia_fixtures"
+OCCUPANCY_FIXTURE = FIXTURES / "occupancy_sm90.json"
+
+
+def _cuda_snapshots() -> list[str]:
+    if not (CORPUS / "manifest.json").exists():
+        return []
+    snapshots = load_manifest()["snapshots"]
+    return sorted(name for name, entry in snapshots.items() if entry.get("backend") == "cuda")
+
+
+def _tool_dir() -> Path | None:
+    """The oracle's own lookup: $KDB_CUDA_BIN, else the installed triton wheel's bin folder."""
+    env = os.environ.get("KDB_CUDA_BIN")
+    if env and (Path(env) / "cuobjdump").is_file():
+        return Path(env)
+    spec = importlib.util.find_spec("triton")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "backends" / "nvidia" / "bin"
+        if (candidate / "cuobjdump").is_file() and (candidate / "nvdisasm").is_file():
+            return candidate
+    return None
+
+
+CUDA_SNAPSHOTS = _cuda_snapshots()
+TOOLS = _tool_dir()
+needs_corpus = pytest.mark.skipif(not CUDA_SNAPSHOTS, reason="corpus/manifest.json lists no CUDA snapshot")
+needs_tools = pytest.mark.skipif(
+    TOOLS is None,
+    reason="no cuobjdump/nvdisasm: pip install triton==3.6.0 (the wheel ships them) or set KDB_CUDA_BIN",
+)
+per_snapshot = pytest.mark.parametrize("snapshot", CUDA_SNAPSHOTS or ["<no corpus>"])
+
+
+@dataclass(frozen=True)
+class Kernel:
+    folder: Path
+    name: str
+
+    @property
+    def cubin_path(self) -> Path:
+        return self.folder / f"{self.name}.cubin"
+
+    @property
+    def cubin(self) -> bytes:
+        return self.cubin_path.read_bytes()
+
+    @property
+    def ptx(self) -> str:
+        return (self.folder / f"{self.name}.ptx").read_text()
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.folder / f"{self.name}.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def snapshot_kernels(unpack_snapshot):
+    found: dict[str, list[Kernel]] = {}
+
+    def kernels(snapshot: str) -> list[Kernel]:
+        if snapshot not in found:
+            root = unpack_snapshot(snapshot)
+            found[snapshot] = sorted(
+                (Kernel(p.parent, p.stem) for p in root.rglob("*.cubin") if (p.parent / f"{p.stem}.json").exists()),
+                key=lambda k: str(k.cubin_path),
+            )
+        assert found[snapshot], f"{snapshot}: no kernels"
+        return found[snapshot]
+
+    return kernels
+
+
+# ---- independent readers of cuobjdump output ---------------------------------------------------------------
+
+# " Function add_one:"  then  "  REG:16 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:928 TEXTURE:0 SURFACE:0 SAMPLER:0"
+RESOURCE_RE = re.compile(
+    r"^\s*Function (?P<name>\S+):\s*\n\s*REG:(?P<reg>\d+) STACK:(?P<stack>\d+) SHARED:(?P<shared>\d+) "
+    r"LOCAL:(?P<local>\d+) CONSTANT\[0\]:(?P<const0>\d+)",
+    re.M,
+)
+# "ELF file    1: add_one.sm_90a.cubin"
+LELF_RE = re.compile(r"^ELF file\s+\d+:\s+\S+\.(?P<arch>sm_\w+)\.cubin$", re.M)
+# "\tAttribute:\tEIATTR_KPARAM_INFO"
+ATTRIBUTE_RE = re.compile(r"^\s+Attribute:\s+(EIATTR_\w+)")
+# "        /*00d0*/              @!P6 LDG.E R5, desc[UR4][R2.64] ;   /* 0x... */"
+SASS_LINE_RE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?P<text>[^;]*);")
+
+
+def _run(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def cuobjdump(*args: str) -> str:
+    assert TOOLS is not None
+    return _run(str(TOOLS / "cuobjdump"), *args)
+
+
+def resource_usage(path: Path) -> dict[str, dict[str, int]]:
+    return {m["name"]: {k: int(v) for k, v in m.groupdict().items() if k != "name"}
+            for m in RESOURCE_RE.finditer(cuobjdump("--dump-resource-usage", str(path)))}
+
+
+def nv_info_names(path: Path, kernel: str) -> list[str]:
+    names: list[str] = []
+    inside = False
+    for line in cuobjdump("-elf", str(path)).splitlines():
+        if line and not line[0].isspace():
+            inside = line.strip() == f".nv.info.{kernel}"
+        elif inside and (match := ATTRIBUTE_RE.match(line)):
+            names.append(match.group(1))
+    return names
+
+
+def cuobjdump_sass(path: Path) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for line in cuobjdump("-sass", str(path)).splitlines():
+        if match := SASS_LINE_RE.match(line):
+            words = match.group("text").split()
+            if words and words[0].startswith("@"):
+                words = words[1:]
+            counts[words[0]] += 1
+    return counts
+
+
+# Tensor-core SASS opcodes (sm80 mma.sync -> HMMA/IMMA, sm90 wgmma -> HGMMA/IGMMA/QGMMA).
+MMA_SASS = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA"}
+
+
+# ---- tests against cuobjdump ---------------------------------------------------------------------------------
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> None:
+    entry = load_manifest()["snapshots"][snapshot]
+    kernels = snapshot_kernels(snapshot)
+    assert len(kernels) == entry["kernel_count"]
+    for kernel in kernels:
+        cubin = parse_cubin(kernel.cubin)
+        oracle = resource_usage(kernel.cubin_path)
+        assert [k.name for k in cubin.kernels] == sorted(oracle) == [kernel.name], kernel.folder.name
+        parsed, want = cubin.kernels[0], oracle[kernel.name]
+        got = {"reg": parsed.registers, "stack": parsed.stack_size, "shared": parsed.static_shared,
+               "local": parsed.local_size, "const0": parsed.const0_size}
+        assert got == want, kernel.folder.name
+        assert parsed.is_entry
+        (arch,) = LELF_RE.findall(cuobjdump("-lelf", str(kernel.cubin_path)))
+        assert cubin.arch_name == arch, kernel.folder.name
+        assert cubin.arch == kernel.meta["target"]["arch"] == int(str(entry["target"]).removeprefix("sm"))
+        # Triton compiles sm90 for sm_90a (wgmma/TMA) and every other arch for the plain target.
+        assert cubin.arch_specific == (cubin.arch == 90)
+        assert cubin.virtual_arch == cubin.arch
+        assert parsed.req_threads == (kernel.meta["num_warps"] * 32, 1, 1)
+
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_nv_info_attributes_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None:
+    for kernel in snapshot_kernels(snapshot):
+        parsed = parse_cubin(kernel.cubin).kernels[0]
+        assert [a.name for a in parsed.attributes] == nv_info_names(kernel.cubin_path, kernel.name), kernel.folder.name
+
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_sass_counts_match_cuobjdump(snapshot: str, snapshot_kernels, monkeypatch) -> None:
+    monkeypatch.setenv("KDB_CUDA_BIN", str(TOOLS))
+    kernels = snapshot_kernels(snapshot)
+    # Both tools are single-threaded subprocesses; run kernels side by side.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ours = list(pool.map(lambda k: nvtools.sass_by_kernel(k.cubin), kernels))
+        theirs = list(pool.map(lambda k: cuobjdump_sass(k.cubin_path), kernels))
+    with_mma = 0
+    for kernel, per_kernel, oracle in zip(kernels, ours, theirs):
+        assert per_kernel is not None and list(per_kernel) == [kernel.name]
+        counts = per_kernel[kernel.name]
+        assert sum(counts.values()) > 0
+        assert counts == oracle, kernel.folder.name
+        bases = {nvtools.base_opcode(op) for op in counts}
+        assert "EXIT" in bases
+        # PTX mma/wgmma exist exactly when the SASS has tensor-core instructions.
+        has_tensor = bool(MMA_SASS & bases)
+        assert (parse_ptx(kernel.ptx).functions[0].groups["matrix"] > 0) == has_tensor, kernel.folder.name
+        with_mma += has_tensor
+    assert with_mma > 0
+    assert nvtools.sass_mnemonics(kernels[0].cubin) == ours[0][kernels[0].name]
+
+
+# ---- malformed input ------------------------------------------------------------------------------------------
+
+@needs_corpus
+@per_snapshot
+def test_truncated_and_corrupted_cubins_raise_parse_error(snapshot: str, snapshot_kernels) -> None:
+    for kernel in snapshot_kernels(snapshot)[:8]:
+        data = kernel.cubin
+        for cut in sorted({0, 1, 16, 63, 64, len(data) // 3, len(data) // 2, len(data) - 64, len(data) - 1}):
+            with pytest.raises(ParseError):
+                parse_cubin(data[:cut])
+        corrupt = []
+        for offset, value in ((0, 0x00), (4, 0x01), (18, 0x3E), (47, 0x7F), (61, 0xFF)):
+            # magic, ELFCLASS32, e_machine x86-64, e_shoff far past the end, e_shnum huge
+            flipped = bytearray(data)
+            flipped[offset] = value
+            corrupt.append(bytes(flipped))
+        info = _section_offset(data, f".nv.info.{kernel.name}")
+        flipped = bytearray(data)
+        flipped[info] = 0x07  # an EIFMT that does not exist
+        corrupt.append(bytes(flipped))
+        for blob in corrupt:
+            with pytest.raises(ParseError):
+                parse_cubin(blob)
+
+
+def _section_offset(data: bytes, name: str) -> int:
+    """File offset of a section, read with the standard library only."""
+    import struct
+
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shnum, shstrndx = struct.unpack_from("<HH", data, 60)
+    str_off, = struct.unpack_from("<Q", data, shoff + shstrndx * 64 + 24)
+    for i in range(shnum):
+        base = shoff + i * 64
+        name_off, = struct.unpack_from("<I", data, base)
+        end = data.index(b"\0", str_off + name_off)
+        if data[str_off + name_off:end].decode() == name:
+            return struct.unpack_from("<Q", data, base + 24)[0]
+    raise AssertionError(f"no section {name}")
+
+
+@needs_corpus
+@per_snapshot
+def test_truncated_ptx_raises_parse_error(snapshot: str, snapshot_kernels) -> None:
+    for kernel in snapshot_kernels(snapshot)[:8]:
+        text = kernel.ptx
+        body = text.index("{", text.index(".entry"))
+        for cut in (0, body + 1, len(text) // 2):
+            with pytest.raises(ParseError):
+                parse_ptx(text[:cut])
+        with pytest.raises(ParseError):
+            parse_ptx(text.encode("utf-8") + b"\xff\xfe")
+
+
+# ---- occupancy ---------------------------------------------------------------------------------------------
+
+def test_occupancy_limiters_on_table_values() -> None:
+    # 16 regs, 4 warps: 64 warps/SM on sm90, 48 on sm86 (Programming Guide table).
+    assert nv_occupancy.occupancy("sm_90a", 4, 16, 0, 0) == (64, 16, "warps")
+    assert nv_occupancy.occupancy(86, 4, 16, 0, 0) == (48, 12, "warps")
+    # 1 warp per block: the resident-block limit binds (32 on sm90, 16 on sm86, 24 on sm89).
+    assert nv_occupancy.occupancy(90, 1, 16)[1:] == (32, "blocks")
+    assert nv_occupancy.occupancy(86, 1, 16)[1:] == (16, "blocks")
+    assert nv_occupancy.occupancy(89, 1, 16)[1:] == (24, "blocks")
+    # Over the opt-in maximum per block (227 KiB on sm90, 163 KiB on sm80): no block fits.
+    assert nv_occupancy.occupancy(90, 4, 32, 0, 227 * 1024 + 1) == (0, 0, "shared")
+    assert nv_occupancy.occupancy(80, 4, 32, 0, 163 * 1024)[1] == 1
+    # 256 registers per thread cannot launch.
+    assert nv_occupancy.occupancy(90, 4, 256, 0, 0) == (0, 0, "registers")
+
+
+def _occupancy_fixture() -> dict | None:
+    return json.loads(OCCUPANCY_FIXTURE.read_text()) if OCCUPANCY_FIXTURE.exists() else None
+
+
+@needs_corpus
+def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
+    fixture = _occupancy_fixture()
+    if fixture is None:
+        pytest.skip(f"{OCCUPANCY_FIXTURE.relative_to(CORPUS.parent)} absent: run "
+                    "tests/nvidia_fixtures/measure_occupancy.py on a GPU machine to create it")
+    if fixture["snapshot"] not in CUDA_SNAPSHOTS:
+        pytest.skip(f"occupancy fixture measured on snapshot {fixture['snapshot']}, not in the corpus")
+    by_folder = {k.folder.name: k for k in snapshot_kernels(fixture["snapshot"])}
+    assert fixture["kernels"]
+    mismatches = []
+    for row in fixture["kernels"]:
+        kernel = by_folder[row["cache_key"]]
+        parsed = parse_cubin(kernel.cubin).kernels[0]
+        assert parsed.name == row["kernel"]
+        assert parsed.registers == row["registers"]  # the driver's CU_FUNC_ATTRIBUTE_NUM_REGS
+        assert parsed.static_shared == row["static_shared"]
+        warps, blocks, _ = nv_occupancy.occupancy(
+            fixture["arch"], row["num_warps"], parsed.registers, parsed.static_shared, row["shared"])
+        if (warps, blocks) != (row["warps_per_sm"], row["blocks_per_sm"]):
+            mismatches.append((row["cache_key"], row["kernel"], (warps, blocks),
+                               (row["warps_per_sm"], row["blocks_per_sm"])))
+    assert not mismatches, f"{len(mismatches)} of {len(fixture['kernels'])} differ from the driver: {mismatches}"
