@@ -383,3 +383,33 @@ class Catalog:
         if cur.description is None:
             return [], []
         return [d[0] for d in cur.description], cur.fetchall()
+
+    # -- reading for `kdb diff` (kdb/diff.py) ------------------------------------------------------
+    def diff_kernels(self, tag: str) -> list[dict[str, Any]]:
+        """Every kernel of a snapshot with its analysis facts, identity parts, and both metadata documents."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            """
+            SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source,
+                   a.identity_parts, a.co_metadata, a.descriptor, a.kernel_info
+            FROM kernels k
+            JOIN kernel_folders kf ON kf.snapshot_id = k.snapshot_id AND kf.cache_key = k.cache_key
+            LEFT JOIN kernel_analysis a ON a.snapshot_id = k.snapshot_id AND a.cache_key = k.cache_key
+            WHERE k.snapshot_id = ?
+            ORDER BY k.name, k.cache_key
+            """,
+            [sid],
+        )
+
+    def diff_instr_mix(self, tag: str) -> list[dict[str, Any]]:
+        """Instruction mix of every kernel of a snapshot, from the source its analysis chose."""
+        self.require_snapshot(tag)
+        return self._dicts("SELECT cache_key, mnemonic, grp, count FROM instr_mix WHERE tag = ? ORDER BY cache_key, mnemonic", [tag])
+
+    def diff_kernel_files(self, tag: str) -> list[dict[str, Any]]:
+        """The files of every kernel folder of a snapshot (to read stage texts from the blob store)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT cache_key, path, kind, hash, size FROM files WHERE snapshot_id = ? AND cache_key IS NOT NULL ORDER BY path",
+            [sid],
+        )

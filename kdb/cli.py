@@ -286,3 +286,32 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     sys.exit(run())
+
+
+@app.command("diff")
+def diff_cmd(
+    a: Annotated[str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")],
+    b: Annotated[str, typer.Argument(help="candidate: a snapshot tag, or a cache directory")],
+    fail_on: Annotated[list[str], typer.Option("--fail-on", help="exit 1 when a rule fires: occupancy-drop, new-spills, "
+                                               "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated")] = [],  # noqa: B006
+    across_targets: Annotated[bool, typer.Option("--across-targets", help="match kernels across GPU targets (identity without backend:arch:warp_size)")] = False,
+    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)")] = None,
+    min_match: Annotated[float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")] = 0.5,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or csv")] = "table",
+) -> None:
+    """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
+
+    Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted.
+    """
+    from kdb import diff_render
+    from kdb.diff import diff as run_diff
+    from kdb.errors import UntrustedComparison
+
+    fmt = _fmt(fmt, diff_render.FORMATS)
+    result, views = run_diff(state.home, a, b, across_targets=across_targets, fail_on=fail_on, min_match=min_match,
+                             kernel=kernel, wait_s=state.wait)
+    _out(diff_render.render_diff(result, fmt, views))
+    if result.trust_problem:
+        raise UntrustedComparison(result.trust_problem)
+    if result.fired:
+        raise typer.Exit(ExitCode.FINDINGS)

@@ -1,0 +1,743 @@
+"""`kdb diff`: match the kernels of two snapshots and compare them. Returns result objects; never prints.
+
+Matching (A -> B)
+  Kernels are grouped by `identity` (or `identity_any_target` with `across_targets`, see
+  kdb/identity.py). Within a group, pairs are made by the options rule ("equal, or each at its own
+  release's default"): first pairs whose options are exactly equal and unique both ways, then pairs
+  that are compatible and unique both ways. Every kernel gets one status:
+    matched    paired, and the facts (resources, occupancy, instruction mix) are the same
+    changed    paired, and some fact differs
+    only_a     no counterpart in B
+    only_b     no counterpart in A
+    ambiguous  several candidates (or its counterpart was taken by another kernel); `reason` says which
+
+Trust (exit code 2)
+  A comparison is untrusted when either side has no kernels, when the sides share no target and
+  `across_targets` is off, or when fewer than `min_match` (default one half) of the smaller side's
+  kernels were paired. The result carries `trust_problem`; the CLI renders the report and then exits 2.
+
+--fail-on rules (exit code 1 when any fires): see `parse_rules`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fnmatch
+import json
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kdb.catalog import Catalog
+from kdb.errors import KdbError, ParseError, TagError, UsageError
+from kdb.home import Home
+from kdb.identity import kernel_identity, option_default, options_compatible, _UNKNOWN
+from kdb.parsers.triton_json import parse_kernel_json
+
+# Facts compared per matched pair, in display order.
+METRICS: tuple[str, ...] = (
+    "occupancy", "occupancy_llvm", "vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count",
+    "sgpr_spill_count", "scratch_bytes", "registers", "stack_bytes", "local_bytes", "shared", "lds_static",
+    "code_size", "instr_count",
+)
+LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
+# For each metric: +1 when a larger value is worse, -1 when better, 0 neutral.
+DIRECTION: dict[str, int] = {
+    "occupancy": -1, "occupancy_llvm": -1, "vgpr_count": 1, "agpr_count": 1, "sgpr_count": 1,
+    "vgpr_spill_count": 1, "sgpr_spill_count": 1, "scratch_bytes": 1, "registers": 1, "stack_bytes": 1,
+    "local_bytes": 1, "shared": 1, "lds_static": 1, "code_size": 0, "instr_count": 0,
+}
+STAGES: tuple[str, ...] = ("ttir", "ttgir", "llir", "isa")
+STATUSES: tuple[str, ...] = ("matched", "changed", "only_a", "only_b", "ambiguous")
+REGISTER_RULES = ("vgpr", "sgpr", "agpr", "registers")
+REGISTER_COLUMN = {"vgpr": "vgpr_count", "sgpr": "sgpr_count", "agpr": "agpr_count", "registers": "registers"}
+SIMPLE_RULES = ("occupancy-drop", "new-spills", "scratch-increase", "unmatched", "any-change")
+DEFAULT_MIN_MATCH = 0.5
+
+
+# -- rules --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    kind: str  # one of SIMPLE_RULES, or a REGISTER_RULES name
+    threshold: float = 0.0
+    percent: bool = False
+
+
+_REG_RULE = re.compile(r"^(vgpr|sgpr|agpr|registers):\+(\d+(?:\.\d+)?)(%?)$")
+
+
+def parse_rules(texts: list[str]) -> list[Rule]:
+    """--fail-on values (repeatable, or comma-separated):
+
+    occupancy-drop     a paired kernel's occupancy (launch estimate or the compiler's) went down
+    new-spills         a paired kernel spills more VGPRs/SGPRs than before (NVIDIA: more local memory)
+    scratch-increase   a paired kernel's scratch (AMD) or stack/local bytes (NVIDIA) grew
+    vgpr:+N, vgpr:+N%  a paired kernel's VGPR count grew by at least N registers / at least N percent
+                       (sgpr:, agpr:, registers: the same)
+    unmatched          any kernel is only in A, only in B, or ambiguous
+    any-change         any kernel changed or is unmatched
+    """
+    rules = []
+    for text in texts:
+        for piece in text.split(","):
+            piece = piece.strip()
+            if not piece:
+                continue
+            if piece in SIMPLE_RULES:
+                rules.append(Rule(piece, piece))
+                continue
+            m = _REG_RULE.match(piece)
+            if not m:
+                raise UsageError(
+                    f"unknown --fail-on rule {piece!r}: use {', '.join(SIMPLE_RULES)}, or vgpr:+N / vgpr:+N% "
+                    "(also sgpr:, agpr:, registers:)"
+                )
+            threshold = float(m.group(2))
+            if threshold <= 0:
+                raise UsageError(f"--fail-on {piece!r}: the threshold must be greater than 0")
+            rules.append(Rule(piece, m.group(1), threshold, bool(m.group(3))))
+    return rules
+
+
+# -- results ------------------------------------------------------------------------------------------
+@dataclass
+class KernelDiff:
+    status: str
+    name: str
+    a: dict[str, Any] | None = None  # the kernel row of side A
+    b: dict[str, Any] | None = None
+    reason: str | None = None
+    candidates: list[str] = field(default_factory=list)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {a, b, delta}
+    limiters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mix_groups: dict[str, dict[str, int]] = field(default_factory=dict)  # grp -> {a, b, delta}
+    mix_mnemonics: dict[str, dict[str, int]] = field(default_factory=dict)  # only those that changed
+    first_changed_stage: str | None = None
+    verdict: str | None = None  # regressed, improved, mixed, neutral (changed only)
+    severity: float = 0.0
+    fired_rules: list[str] = field(default_factory=list)
+
+    @property
+    def a_cache_key(self) -> str | None:
+        return self.a["cache_key"] if self.a else None
+
+    @property
+    def b_cache_key(self) -> str | None:
+        return self.b["cache_key"] if self.b else None
+
+    @property
+    def target(self) -> str | None:
+        row = self.a or self.b
+        return f"{row['backend']}:{row['arch']}:{row['warp_size']}" if row else None
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict in ("regressed", "mixed")
+
+    @property
+    def improved(self) -> bool:
+        return self.verdict == "improved"
+
+
+@dataclass
+class DiffResult:
+    a_label: str
+    b_label: str
+    across_targets: bool
+    kernels: list[KernelDiff]
+    rules: list[Rule]
+    fired: list[str]
+    a_count: int
+    b_count: int
+    a_targets: list[str]
+    b_targets: list[str]
+    trust_problem: str | None = None
+    min_match: float = DEFAULT_MIN_MATCH
+
+    def count(self, status: str) -> int:
+        return sum(1 for k in self.kernels if k.status == status)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        return {
+            "matched": self.count("matched"),
+            "changed": self.count("changed"),
+            "regressed": sum(1 for k in self.kernels if k.regressed),
+            "improved": sum(1 for k in self.kernels if k.improved),
+            "only_a": self.count("only_a"),
+            "only_b": self.count("only_b"),
+            "ambiguous": self.count("ambiguous"),
+        }
+
+    @property
+    def paired(self) -> int:
+        return self.count("matched") + self.count("changed")
+
+    @property
+    def match_rate(self) -> float:
+        smaller = min(self.a_count, self.b_count)
+        return self.paired / smaller if smaller else 0.0
+
+
+@dataclass
+class KernelDeepView:
+    kernel: KernelDiff
+    triton_json_diff: dict[str, Any]
+    co_metadata_diff: dict[str, Any]
+    mix_rows: list[dict[str, Any]]  # mnemonic, grp, a, b, delta
+    isa_diff: str  # unified diff of the normalised ISA
+    isa_kind: str | None
+
+
+# -- sides --------------------------------------------------------------------------------------------
+@dataclass
+class Side:
+    label: str
+    home: Home
+    kernels: list[dict[str, Any]]
+    mix: dict[str, list[dict[str, Any]]]
+    files: dict[str, list[dict[str, Any]]]
+
+    def stage_text(self, cache_key: str, stage: str) -> tuple[str | None, str | None]:
+        """(normalised text, file kind) of one stage of one kernel, None when the folder has no such file."""
+        kinds = {"ttir": ("ttir",), "ttgir": ("ttgir",), "llir": ("llir",), "isa": ("amdgcn", "ptx")}[stage]
+        for kind in kinds:
+            for f in self.files.get(cache_key, []):
+                if f["kind"] == kind:
+                    data = self.home.store.get(f["hash"], f["size"])
+                    return normalise_stage(data.decode("utf-8", "replace"), kind), kind
+        return None, None
+
+    def raw_text(self, cache_key: str, kind: str) -> str | None:
+        for f in self.files.get(cache_key, []):
+            if f["kind"] == kind:
+                return self.home.store.get(f["hash"], f["size"]).decode("utf-8", "replace")
+        return None
+
+
+def _load_side(home: Home, tag: str, label: str, wait_s: float) -> Side:
+    with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
+        kernels = catalog.diff_kernels(tag)
+        mix: dict[str, list[dict[str, Any]]] = {}
+        for row in catalog.diff_instr_mix(tag):
+            mix.setdefault(row["cache_key"], []).append(row)
+        files: dict[str, list[dict[str, Any]]] = {}
+        for row in catalog.diff_kernel_files(tag):
+            files.setdefault(row["cache_key"], []).append(row)
+    side = Side(label, home, kernels, mix, files)
+    for k in kernels:
+        for col in ("identity_parts", "co_metadata", "triton_metadata", "descriptor", "kernel_info"):
+            if isinstance(k.get(col), str):
+                try:
+                    k[col] = json.loads(k[col])
+                except ValueError:
+                    pass
+        if k.get("identity") is None:
+            _fill_identity(side, k)
+    return side
+
+
+def _fill_identity(side: Side, k: dict[str, Any]) -> None:
+    """Catalogs ingested before identities were recorded: rebuild the identity from the stored TTIR."""
+    ttir = side.raw_text(k["cache_key"], "ttir")
+    meta_doc = k.get("triton_metadata")
+    if ttir is None or not isinstance(meta_doc, dict):
+        return
+    try:
+        ident = kernel_identity(ttir, parse_kernel_json(json.dumps(meta_doc).encode()))
+    except ParseError:
+        return
+    if ident:
+        k["identity"], k["identity_any_target"], k["identity_parts"] = ident["identity"], ident["identity_any_target"], ident["parts"]
+
+
+@contextlib.contextmanager
+def open_side(home: Home, ref: str, wait_s: float = 600.0) -> Iterator[Side]:
+    """A tag of `home`, or an existing cache directory ingested into a temporary home (deleted afterwards)."""
+    tag_exists = False
+    if home.catalog_path.exists():
+        with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
+            tag_exists = catalog.snapshot_id(ref) is not None
+    if tag_exists:
+        yield _load_side(home, ref, ref, wait_s)
+        return
+    path = Path(ref)
+    if not path.is_dir():
+        raise TagError(f"{ref!r} is neither a snapshot tag (see `kdb tags`) nor a cache directory")
+    from kdb.ingest import ingest
+
+    with tempfile.TemporaryDirectory(prefix="kdb-diff-") as tmp:
+        temp_home = Home(Path(tmp))
+        tag = path.resolve().name or "dir"
+        ingest(temp_home, path, tag, lock_wait_s=wait_s)
+        yield _load_side(temp_home, tag, str(path), wait_s)
+
+
+# -- normalisation of stage texts ---------------------------------------------------------------------
+_QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
+
+
+def _strip_locs(line: str) -> str:
+    """Remove every `loc(...)` (balanced) from an MLIR line."""
+    out, i = [], 0
+    while True:
+        j = line.find("loc(", i)
+        if j < 0 or (j > 0 and (line[j - 1].isalnum() or line[j - 1] in "_.")):
+            if j < 0:
+                out.append(line[i:])
+                break
+            out.append(line[i:j + 4])
+            i = j + 4
+            continue
+        out.append(line[i:j])
+        depth, k, in_str = 0, j + 3, False
+        while k < len(line):
+            c = line[k]
+            if in_str:
+                if c == "\\":
+                    k += 1
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            k += 1
+        i = k + 1
+    return re.sub(r"\s+(?=[,)]|$)", "", "".join(out))
+
+
+class _Renamer:
+    def __init__(self, pattern: str, prefix: str) -> None:
+        self.re = re.compile(pattern)
+        self.prefix = prefix
+        self.names: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(0)
+            if name not in self.names:
+                self.names[name] = f"{self.prefix}{len(self.names)}"
+            return self.names[name]
+
+        return self.re.sub(sub, text)
+
+
+def _normalise_mlir(text: str) -> str:
+    ssa = _Renamer(r"%[\w$.-]+(?:#\d+)?", "%v")
+    blocks = _Renamer(r"\^[\w$.-]+", "^bb")
+    out = []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#loc") or s.startswith("//"):
+            continue
+        s = _strip_locs(s)
+        s = _QUOTED_PATH.sub('"<path>"', s)
+        out.append(blocks(ssa(s)))
+    return "\n".join(out)
+
+
+def _normalise_llir(text: str) -> str:
+    ssa = _Renamer(r"%[\w$.-]+", "%v")
+    meta = _Renamer(r"![0-9]+\b", "!m")
+    labels = _Renamer(r"^\d+(?=:)", "L")
+    out = []
+    for line in text.splitlines():
+        s = line.split(";", 1)[0].rstrip() if not line.lstrip().startswith('"') else line.rstrip()
+        st = s.strip()
+        if not st or st.startswith("!") or st.startswith("source_filename") or st.startswith("; ModuleID"):
+            continue
+        if "llvm.dbg." in st or st.startswith("#dbg_"):
+            continue
+        st = re.sub(r",\s*!dbg\s+!\d+", "", st)
+        st = re.sub(r"\s*!dbg\s+!\d+", "", st)
+        st = _QUOTED_PATH.sub('"<path>"', st)
+        st = labels(st)
+        out.append(meta(ssa(st)))
+    return "\n".join(out)
+
+
+def _normalise_asm(text: str, comment: str) -> str:
+    labels = _Renamer(r"(?:\.L|\$L)[\w$.]+", ".L")
+    regs = _Renamer(r"%(?:r|rd|f|fd|p|rs|h|hh|b)\d+\b", "%r") if comment == "//" else None
+    out = []
+    in_debug = False
+    for line in text.splitlines():
+        s = line.split(comment, 1)[0].strip()
+        if not s:
+            continue
+        if s.startswith(".section") or s.startswith(".text") or s.startswith(".data"):
+            in_debug = ".debug" in s
+            if in_debug:
+                continue
+        if in_debug:
+            if comment == "//" and s == "}":
+                in_debug = False
+            continue
+        if s.startswith((".loc", ".file", ".cfi_", ".ident")) or s.startswith("$L__tmp") and s.endswith(":"):
+            continue
+        s = _QUOTED_PATH.sub('"<path>"', s)
+        s = labels(s)
+        if regs:
+            s = regs(s)
+        out.append(re.sub(r"\s+", " ", s))
+    return "\n".join(out)
+
+
+def normalise_stage(text: str, kind: str) -> str:
+    """Text with paths, locations, debug info, SSA names, labels (and PTX register numbers) made neutral."""
+    if kind in ("ttir", "ttgir", "source"):
+        return _normalise_mlir(text)
+    if kind == "llir":
+        return _normalise_llir(text)
+    if kind == "amdgcn":
+        return _normalise_asm(text, ";")
+    if kind == "ptx":
+        return _normalise_asm(text, "//")
+    return text
+
+
+_VOLATILE_META = {"hash", "triton_version", "extern_libs", "name"}
+
+
+def _metadata_view(doc: Any) -> Any:
+    if not isinstance(doc, dict):
+        return doc
+    return {k: v for k, v in doc.items() if k not in _VOLATILE_META}
+
+
+def first_changed_stage(sa: Side, a: dict[str, Any], sb: Side, b: dict[str, Any]) -> str | None:
+    for stage in STAGES:
+        ta, _ = sa.stage_text(a["cache_key"], stage)
+        tb, _ = sb.stage_text(b["cache_key"], stage)
+        if ta is None and tb is None:
+            continue
+        if ta != tb:
+            return stage
+    if _metadata_view(a.get("triton_metadata")) != _metadata_view(b.get("triton_metadata")):
+        return "metadata"
+    return None
+
+
+# -- matching -----------------------------------------------------------------------------------------
+def _options(k: dict[str, Any]) -> dict[str, Any]:
+    parts = k.get("identity_parts") or {}
+    return parts.get("options") or {}
+
+
+def _effective_options(k: dict[str, Any]) -> dict[str, Any]:
+    opts = _options(k)
+    version = opts.get("triton_version") or k.get("triton_version")
+    values = dict(opts.get("values") or {})
+    return {"backend": opts.get("backend"), "triton_version": version, "values": values}
+
+
+def _exact(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    oa, ob = _effective_options(a), _effective_options(b)
+    keys = set(oa["values"]) | set(ob["values"])
+    for key in keys:
+        va = oa["values"].get(key, option_default(oa["backend"], key, oa["triton_version"]))
+        vb = ob["values"].get(key, option_default(ob["backend"], key, ob["triton_version"]))
+        if va is _UNKNOWN or vb is _UNKNOWN or va != vb:
+            return False
+    return True
+
+
+def _compatible(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, list[str]]:
+    return options_compatible(_options(a), _options(b), a.get("triton_version"), b.get("triton_version"))
+
+
+def _pair_unique(cands: dict[int, set[int]]) -> list[tuple[int, int]]:
+    """Pairs (i, j) where j is i's only candidate and i is j's only candidate."""
+    reverse: dict[int, set[int]] = {}
+    for i, js in cands.items():
+        for j in js:
+            reverse.setdefault(j, set()).add(i)
+    return [(i, next(iter(js))) for i, js in cands.items() if len(js) == 1 and len(reverse[next(iter(js))]) == 1]
+
+
+def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) -> list[KernelDiff]:
+    """Pair the kernels of A and B; return one KernelDiff per pair or unpaired kernel (facts not yet compared)."""
+    out: list[KernelDiff] = []
+    groups: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    for k in a_rows:
+        if k.get(key) is None:
+            out.append(KernelDiff("only_a", k["name"], a=k, reason="no identity (no readable TTIR)"))
+        else:
+            groups.setdefault(k[key], ([], []))[0].append(k)
+    for k in b_rows:
+        if k.get(key) is None:
+            out.append(KernelDiff("only_b", k["name"], b=k, reason="no identity (no readable TTIR)"))
+        else:
+            groups.setdefault(k[key], ([], []))[1].append(k)
+    for ga, gb in groups.values():
+        paired_a: dict[int, int] = {}
+        for test in (_exact, lambda x, y: _compatible(x, y)[0]):
+            free_a = [i for i in range(len(ga)) if i not in paired_a]
+            free_b = [j for j in range(len(gb)) if j not in paired_a.values()]
+            cands = {i: {j for j in free_b if test(ga[i], gb[j])} for i in free_a}
+            for i, j in _pair_unique(cands):
+                paired_a[i] = j
+        taken_b = set(paired_a.values())
+        for i, j in paired_a.items():
+            out.append(KernelDiff("changed", ga[i]["name"], a=ga[i], b=gb[j]))
+        for i, k in enumerate(ga):
+            if i in paired_a:
+                continue
+            compat = [j for j in range(len(gb)) if _compatible(k, gb[j])[0]]
+            out.append(_unpaired("a", k, gb, compat, taken_b))
+        for j, k in enumerate(gb):
+            if j in taken_b:
+                continue
+            compat = [i for i in range(len(ga)) if _compatible(ga[i], k)[0]]
+            out.append(_unpaired("b", k, ga, compat, set(paired_a)))
+    return out
+
+
+def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat: list[int], taken: set[int]) -> KernelDiff:
+    other = "B" if side == "a" else "A"
+    row = {"a": k} if side == "a" else {"b": k}
+    if compat:
+        keys = [others[j]["cache_key"] for j in compat]
+        if all(j in taken for j in compat):
+            reason = f"its counterpart in {other} ({', '.join(keys)}) is paired with another kernel (folder reused?)"
+        else:
+            reason = f"{len(compat)} candidates in {other} with compatible options"
+        return KernelDiff("ambiguous", k["name"], reason=reason, candidates=keys, **row)
+    if others:
+        diffs = sorted({d for o in others for d in (_compatible(k, o)[1] if side == "a" else _compatible(o, k)[1])})
+        reason = f"same identity as {len(others)} kernel(s) in {other}, options differ: {', '.join(diffs)}"
+    else:
+        reason = f"no kernel with this identity in {other}"
+    return KernelDiff("only_" + side, k["name"], reason=reason, **row)
+
+
+# -- comparison ---------------------------------------------------------------------------------------
+def _delta(a: Any, b: Any) -> Any:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return b - a
+    return None
+
+
+def _mix_tables(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> tuple[dict, dict]:
+    groups: dict[str, dict[str, int]] = {}
+    mnems: dict[str, dict[str, int]] = {}
+    for side, rows in (("a", rows_a), ("b", rows_b)):
+        for r in rows:
+            g = groups.setdefault(r["grp"], {"a": 0, "b": 0})
+            g[side] += r["count"]
+            m = mnems.setdefault(r["mnemonic"], {"a": 0, "b": 0})
+            m[side] += r["count"]
+    for table in (groups, mnems):
+        for v in table.values():
+            v["delta"] = v["b"] - v["a"]
+    changed = {k: v for k, v in sorted(mnems.items()) if v["delta"]}
+    return dict(sorted(groups.items())), changed
+
+
+def _spills(row: dict[str, Any]) -> int | None:
+    values = [row.get("vgpr_spill_count"), row.get("sgpr_spill_count")]
+    if all(v is None for v in values):
+        return None
+    return sum(v or 0 for v in values)
+
+
+def compare_pair(kd: KernelDiff, sa: Side, sb: Side) -> None:
+    a, b = kd.a, kd.b
+    assert a is not None and b is not None
+    for m in METRICS:
+        kd.metrics[m] = {"a": a.get(m), "b": b.get(m), "delta": _delta(a.get(m), b.get(m))}
+    for m in LIMITERS:
+        kd.limiters[m] = {"a": a.get(m), "b": b.get(m)}
+    kd.mix_groups, kd.mix_mnemonics = _mix_tables(sa.mix.get(a["cache_key"], []), sb.mix.get(b["cache_key"], []))
+    kd.first_changed_stage = first_changed_stage(sa, a, sb, b)
+    facts_differ = any(v["a"] != v["b"] for v in kd.metrics.values()) or bool(kd.mix_mnemonics)
+    kd.status = "changed" if facts_differ else "matched"
+    if kd.status == "changed":
+        kd.verdict, kd.severity = classify(kd)
+
+
+def classify(kd: KernelDiff) -> tuple[str, float]:
+    """(verdict, severity): occupancy drops first, then new spills, scratch growth, register growth."""
+    m = kd.metrics
+    worse = better = 0.0
+
+    def d(name: str) -> float:
+        v = m.get(name, {}).get("delta")
+        return float(v) if v is not None else 0.0
+
+    occ = min(d("occupancy"), d("occupancy_llvm"))
+    if occ < 0:
+        worse += 10000 * -occ
+    occ_up = max(d("occupancy"), d("occupancy_llvm"))
+    if occ_up > 0:
+        better += 10000 * occ_up
+    sa, sb = _spills(kd.a or {}), _spills(kd.b or {})
+    if sa is not None and sb is not None:
+        if sb > sa:
+            worse += (5000 if sa == 0 else 2500) + (sb - sa)
+        elif sb < sa:
+            better += (5000 if sb == 0 else 2500) + (sa - sb)
+    for name in ("scratch_bytes", "local_bytes", "stack_bytes"):
+        if d(name) > 0:
+            worse += 1000 + min(d(name), 1000) / 10
+            break
+        if d(name) < 0:
+            better += 1000 + min(-d(name), 1000) / 10
+            break
+    for name, weight in (("vgpr_count", 1.0), ("agpr_count", 1.0), ("registers", 1.0), ("sgpr_count", 0.25),
+                         ("shared", 1 / 1024), ("lds_static", 1 / 1024)):
+        if d(name) > 0:
+            worse += weight * d(name)
+        elif d(name) < 0:
+            better += weight * -d(name)
+    if worse and better:
+        return "mixed", worse
+    if worse:
+        return "regressed", worse
+    if better:
+        return "improved", -better
+    return "neutral", 0.0
+
+
+def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
+    if rule.kind == "unmatched":
+        return kd.status in ("only_a", "only_b", "ambiguous")
+    if rule.kind == "any-change":
+        return kd.status != "matched"
+    if kd.status not in ("matched", "changed"):
+        return False
+    a, b = kd.a or {}, kd.b or {}
+    if rule.kind == "occupancy-drop":
+        return any(a.get(c) is not None and b.get(c) is not None and b[c] < a[c] for c in ("occupancy", "occupancy_llvm"))
+    if rule.kind == "new-spills":
+        sa, sb = _spills(a), _spills(b)
+        if sa is not None and sb is not None and sb > sa:
+            return True
+        return a.get("backend") == "cuda" and (b.get("local_bytes") or 0) > (a.get("local_bytes") or 0)
+    if rule.kind == "scratch-increase":
+        return any(a.get(c) is not None and b.get(c) is not None and b[c] > a[c]
+                   for c in ("scratch_bytes", "stack_bytes", "local_bytes"))
+    col = REGISTER_COLUMN[rule.kind]
+    va, vb = a.get(col), b.get(col)
+    if va is None or vb is None:
+        return False
+    if rule.percent:
+        return va > 0 and (vb - va) * 100.0 / va >= rule.threshold or (va == 0 and vb > 0)
+    return vb - va >= rule.threshold
+
+
+def _targets(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({f"{r['backend']}:{r['arch']}:{r['warp_size']}" for r in rows if r.get("backend")})
+
+
+def diff_sides(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[Rule] | None = None,
+               min_match: float = DEFAULT_MIN_MATCH) -> DiffResult:
+    rules = rules or []
+    key = "identity_any_target" if across_targets else "identity"
+    kernels = match(sa.kernels, sb.kernels, key)
+    for kd in kernels:
+        if kd.status == "changed":  # paired; compare_pair decides matched/changed
+            compare_pair(kd, sa, sb)
+    fired: list[str] = []
+    for kd in kernels:
+        kd.fired_rules = [r.text for r in rules if evaluate_rule(r, kd)]
+        for r in kd.fired_rules:
+            if r not in fired:
+                fired.append(r)
+    fired = [r.text for r in rules if r.text in fired]
+    order = {s: i for i, s in enumerate(STATUSES)}
+    kernels.sort(key=lambda k: (-k.severity if k.regressed else 0, 0 if k.regressed else 1,
+                                order[k.status] if not k.regressed else 0, k.name, k.a_cache_key or "", k.b_cache_key or ""))
+    result = DiffResult(sa.label, sb.label, across_targets, kernels, rules, fired, len(sa.kernels), len(sb.kernels),
+                        _targets(sa.kernels), _targets(sb.kernels), min_match=min_match)
+    result.trust_problem = trust_problem(result)
+    return result
+
+
+def trust_problem(r: DiffResult) -> str | None:
+    if not r.a_count or not r.b_count:
+        return f"nothing to compare: {r.a_label} has {r.a_count} kernels, {r.b_label} has {r.b_count}"
+    if not r.across_targets and r.a_targets and r.b_targets and not set(r.a_targets) & set(r.b_targets):
+        return (f"the snapshots share no target ({', '.join(r.a_targets)} vs {', '.join(r.b_targets)}): "
+                "use --across-targets to compare them")
+    if r.match_rate < r.min_match:
+        return (f"only {r.paired} of {min(r.a_count, r.b_count)} kernels of the smaller side were paired "
+                f"({r.match_rate:.0%} < {r.min_match:.0%}): the comparison cannot be trusted")
+    return None
+
+
+def diff(home: Home, ref_a: str, ref_b: str, *, across_targets: bool = False, fail_on: list[str] | None = None,
+         min_match: float = DEFAULT_MIN_MATCH, kernel: str | None = None, wait_s: float = 600.0
+         ) -> tuple[DiffResult, list[KernelDeepView]]:
+    """Diff two snapshots (tags of `home` or cache directories); with `kernel`, also the deep views."""
+    rules = parse_rules(fail_on or [])
+    if not 0 <= min_match <= 1:
+        raise UsageError(f"--min-match must be between 0 and 1, not {min_match}")
+    with open_side(home, ref_a, wait_s) as sa, open_side(home, ref_b, wait_s) as sb:
+        result = diff_sides(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
+        views = deep_views(result, sa, sb, kernel) if kernel else []
+    return result, views
+
+
+# -- deep view ----------------------------------------------------------------------------------------
+def _select(result: DiffResult, pattern: str) -> list[KernelDiff]:
+    out = []
+    for kd in result.kernels:
+        keys = [kd.a_cache_key or "", kd.b_cache_key or ""]
+        if (fnmatch.fnmatchcase(kd.name, pattern) or kd.name == pattern
+                or any(k and (k == pattern or k.startswith(pattern)) for k in keys if len(pattern) >= 6)):
+            out.append(kd)
+    return out
+
+
+def _deepdiff(a: Any, b: Any) -> dict[str, Any]:
+    from deepdiff import DeepDiff
+
+    return json.loads(DeepDiff(a, b, ignore_order=False, verbose_level=2).to_json())
+
+
+def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[KernelDeepView]:
+    chosen = _select(result, pattern)
+    if not chosen:
+        raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
+    views = []
+    for kd in chosen:
+        a, b = kd.a or {}, kd.b or {}
+        mix_a = {r["mnemonic"]: r for r in sa.mix.get(a.get("cache_key"), [])} if a else {}
+        mix_b = {r["mnemonic"]: r for r in sb.mix.get(b.get("cache_key"), [])} if b else {}
+        rows = []
+        for mn in sorted(set(mix_a) | set(mix_b)):
+            ca = mix_a[mn]["count"] if mn in mix_a else 0
+            cb = mix_b[mn]["count"] if mn in mix_b else 0
+            grp = (mix_a.get(mn) or mix_b.get(mn))["grp"]
+            rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
+        rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
+        ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
+        tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)
+        isa = "".join(difflib.unified_diff(
+            ((ta or "") + "\n").splitlines(keepends=True) if ta else [], ((tb or "") + "\n").splitlines(keepends=True) if tb else [],
+            fromfile=f"{result.a_label}:{a.get('cache_key', '-')}/{kd.name}", tofile=f"{result.b_label}:{b.get('cache_key', '-')}/{kd.name}",
+            n=3, lineterm="\n"))
+        if isa and not isa.endswith("\n"):
+            isa += "\n"
+        views.append(KernelDeepView(
+            kernel=kd,
+            triton_json_diff=_deepdiff(a.get("triton_metadata"), b.get("triton_metadata")),
+            co_metadata_diff=_deepdiff(a.get("co_metadata"), b.get("co_metadata")),
+            mix_rows=rows, isa_diff=isa, isa_kind=kind_a or kind_b,
+        ))
+    return views
+
+
+__all__ = ["DiffResult", "KernelDiff", "KernelDeepView", "Rule", "diff", "diff_sides", "parse_rules",
+           "normalise_stage", "open_side", "KdbError"]
