@@ -307,6 +307,17 @@ def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
                     "tests/nvidia_fixtures/measure_occupancy.py on a GPU machine to create it")
     if fixture["snapshot"] not in CUDA_SNAPSHOTS:
         pytest.skip(f"occupancy fixture measured on snapshot {fixture['snapshot']}, not in the corpus")
+    # The table's per-SM figures against the device that answered.
+    lim = nv_occupancy.limits_for(fixture["arch"])
+    dev = fixture["device_attributes"]
+    assert (dev["compute_capability_major"] * 10 + dev["compute_capability_minor"]) == lim.arch
+    assert dev["max_threads_per_multiprocessor"] == lim.max_warps_per_sm * 32
+    assert dev["max_blocks_per_multiprocessor"] == lim.max_blocks_per_sm
+    assert dev["max_registers_per_multiprocessor"] == lim.registers_per_sm
+    assert dev["max_registers_per_block"] == lim.registers_per_block
+    assert dev["max_shared_memory_per_multiprocessor"] == lim.shared_per_sm
+    assert dev["max_shared_memory_per_block_optin"] == lim.shared_per_block_optin
+    assert dev["reserved_shared_memory_per_block"] == lim.shared_reserved_per_block
     by_folder = {k.folder.name: k for k in snapshot_kernels(fixture["snapshot"])}
     assert fixture["kernels"]
     mismatches = []
