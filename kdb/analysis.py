@@ -137,6 +137,7 @@ def _problem(out: FolderAnalysis, f: FolderFile | None, stage: str, reason: str)
 
 
 def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files: list[FolderFile]) -> None:
+    from kdb.identity import kernel_identity
     from kdb.parsers.ttgir import parse_ttgir
 
     ttgir = _first(files, "ttgir", meta.name)
@@ -150,10 +151,6 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
         except ParseError as exc:
             _problem(out, ttgir, "ttgir", str(exc))
     ttir = _first(files, "ttir", meta.name)
-    try:
-        from kdb.identity import kernel_identity  # TEMP guard until identity lands
-    except ImportError:
-        return
     try:
         ident = kernel_identity(_text(ttir), meta)
     except ParseError as exc:
