@@ -7,7 +7,9 @@ transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -113,6 +115,32 @@ def _groups(files: list[WalkedFile]) -> list[tuple[str | None, list[WalkedFile],
     return groups
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: exit when the ingest process dies (e.g. SIGKILL).
+
+    Forked workers inherit the descriptor of write.lock; an orphaned worker, idle forever on its task
+    queue, would hold the lock and leave every later writer of this home "catalog busy".
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:  # no prctl (not Linux): poll for the parent instead
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile], bool]], max_bytes: int,
                 workers: int) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
@@ -120,7 +148,7 @@ def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile
         for key, files, analyze in groups:
             yield _store_group(str(store_root), key, files, max_bytes, analyze)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze)
                    for key, files, analyze in groups]
         for fut in futures:
