@@ -52,17 +52,17 @@ class SmLimits:
     carveouts_kib: tuple[int, ...]  # shared-memory capacities the L1/shared split can be set to
 
 
-_COMMON = dict(
-    max_threads_per_block=1024,
-    registers_per_sm=64 * KIB,
-    registers_per_block=64 * KIB,
-    max_registers_per_thread=255,
-    register_alloc_unit=256,
-    sub_partitions=4,
-    shared_per_block_default=48 * KIB,
-    shared_alloc_unit=128,
-    shared_reserved_per_block=1 * KIB,
-)
+_COMMON: dict[str, int] = {
+    "max_threads_per_block": 1024,
+    "registers_per_sm": 64 * KIB,
+    "registers_per_block": 64 * KIB,
+    "max_registers_per_thread": 255,
+    "register_alloc_unit": 256,
+    "sub_partitions": 4,
+    "shared_per_block_default": 48 * KIB,
+    "shared_alloc_unit": 128,
+    "shared_reserved_per_block": 1 * KIB,
+}
 
 # Programming Guide, Technical Specifications (CUDA 12.x): compute capability 8.0 (A100),
 # 8.6 (GA10x), 8.9 (AD10x), 9.0 (H100/H200).

@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, load_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdb.errors import ParseError
 from kdb.parsers.cubin import parse_cubin
 from kdb.parsers.ptx import parse_ptx
-
-from conftest import CORPUS, load_manifest
 
 
 def _cuda_snapshot() -> str | None:

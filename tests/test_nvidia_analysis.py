@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import struct
 import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS, load_manifest
 
 from kdb import nv_occupancy, nvtools
 from kdb.errors import ParseError
 from kdb.parsers.cubin import parse_cubin
 from kdb.parsers.ptx import GROUPS, parse_ptx
-
-from conftest import CORPUS, load_manifest
 
 FIXTURES = Path(__file__).resolve().parent / "nvidia_fixtures"
 OCCUPANCY_FIXTURE = FIXTURES / "occupancy_sm90.json"
@@ -112,10 +112,10 @@ def snapshot_kernels(unpack_snapshot):
 RESOURCE_RE = re.compile(
     r"^\s*Function (?P<name>\S+):\s*\n\s*REG:(?P<reg>\d+) STACK:(?P<stack>\d+) SHARED:(?P<shared>\d+) "
     r"LOCAL:(?P<local>\d+) CONSTANT\[0\]:(?P<const0>\d+)",
-    re.M,
+    re.MULTILINE,
 )
 # "ELF file    1: add_one.sm_90a.cubin"
-LELF_RE = re.compile(r"^ELF file\s+\d+:\s+\S+\.(?P<arch>sm_\w+)\.cubin$", re.M)
+LELF_RE = re.compile(r"^ELF file\s+\d+:\s+\S+\.(?P<arch>sm_\w+)\.cubin$", re.MULTILINE)
 # "\tAttribute:\tEIATTR_KPARAM_INFO"
 ATTRIBUTE_RE = re.compile(r"^\s+Attribute:\s+(EIATTR_\w+)")
 # "        /*00d0*/              @!P6 LDG.E R5, desc[UR4][R2.64] ;   /* 0x... */"
@@ -224,6 +224,31 @@ def test_sass_counts_match_cuobjdump(snapshot: str, snapshot_kernels, monkeypatc
     assert nvtools.sass_mnemonics(kernels[0].cubin) == ours[0][kernels[0].name]
 
 
+# ---- PTX ----------------------------------------------------------------------------------------------------
+
+@needs_corpus
+@per_snapshot
+def test_ptx_counts(snapshot: str, snapshot_kernels) -> None:
+    for kernel in snapshot_kernels(snapshot):
+        meta = kernel.meta
+        ptx = parse_ptx(kernel.ptx)
+        cubin = parse_cubin(kernel.cubin)
+        assert ptx.target == cubin.arch_name
+        assert [f.name for f in ptx.functions if f.is_entry] == [meta["name"]]
+        fn = ptx.functions[0]
+        assert fn.total > 0 and fn.groups["other"] > 0
+        assert fn.total == sum(fn.opcodes.values()) == sum(fn.base_opcodes.values()) == sum(fn.groups.values())
+        assert fn.total == sum(fn.lines.values())
+        assert set(fn.groups) == set(GROUPS)
+        # Triton's launch bound: .reqntid num_warps*32 (the cubin's EIATTR_REQNTID is checked above).
+        assert fn.reqntid == (meta["num_warps"] * 32,)
+        # Every instruction is attributed to the kernel's Python file, or to line 0 / no .loc yet.
+        files = {path for path, _, _ in fn.lines}
+        assert files and all(p == "" or p.endswith(".py") for p in files)
+        assert ptx.files and all(p.endswith(".py") for p in ptx.files.values())
+        assert fn.reg_decls.get(".b32", 0) > 0
+
+
 # ---- malformed input ------------------------------------------------------------------------------------------
 
 @needs_corpus
@@ -251,8 +276,6 @@ def test_truncated_and_corrupted_cubins_raise_parse_error(snapshot: str, snapsho
 
 def _section_offset(data: bytes, name: str) -> int:
     """File offset of a section, read with the standard library only."""
-    import struct
-
     shoff, = struct.unpack_from("<Q", data, 40)
     shnum, shstrndx = struct.unpack_from("<HH", data, 60)
     str_off, = struct.unpack_from("<Q", data, shoff + shstrndx * 64 + 24)

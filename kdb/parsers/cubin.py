@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from elftools.common.exceptions import ELFError, ELFParseError, ELFRelocationError
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from kdb.errors import ParseError
 
@@ -318,7 +319,7 @@ def _parse(data: bytes) -> Cubin:
         sections[name] = sec
         if sec["sh_type"] == "SHT_SYMTAB":
             symtab = sec
-    if symtab is None:
+    if not isinstance(symtab, SymbolTableSection):
         raise ParseError("cubin has no symbol table")
     if symtab["sh_entsize"] != 24:
         raise ParseError("symbol table is malformed")

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from kdb.errors import ParseError
 
 # `.version 8.7`
-VERSION_RE = re.compile(r"^\s*\.version\s+(\d+\.\d+)\s*$", re.M)
+VERSION_RE = re.compile(r"^\s*\.version\s+(\d+\.\d+)\s*$", re.MULTILINE)
 # `.target sm_90a` or `.target sm_80, debug`
-TARGET_RE = re.compile(r"^\s*\.target\s+([\w]+)", re.M)
+TARGET_RE = re.compile(r"^\s*\.target\s+([\w]+)", re.MULTILINE)
 # `.address_size 64`
-ADDRESS_SIZE_RE = re.compile(r"^\s*\.address_size\s+(\d+)", re.M)
+ADDRESS_SIZE_RE = re.compile(r"^\s*\.address_size\s+(\d+)", re.MULTILINE)
 # `.file 1 "/tmp/kernels.py"` or `.file 1 "/tmp/kernels.py", 1700000000, 1234` or `.file 1 "dir" "name"`
 FILE_RE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"(?:\s+"([^"]*)")?')
 # `.visible .entry matmul(` / `.func (.param .b32 r) helper(` / `.weak .func f(`
@@ -57,7 +57,7 @@ LABEL_RE = re.compile(r"^[$\w]+:(?!:)\s*")
 PRED_RE = re.compile(r"^@!?%?[$\w]+\s+")
 # `wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16` / `cp.async.bulk.shared::cluster.global`
 OPCODE_RE = re.compile(r"^([a-z][a-z0-9_]*(?:[.:]+[a-z0-9_]+)*)")
-BLOCK_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+BLOCK_COMMENT_RE = re.compile(r"/\*.*?\*/", re.DOTALL)
 
 GROUPS = ("matrix", "global", "shared", "local", "barrier", "branch", "conversion", "transcendental", "other")
 
