@@ -35,7 +35,13 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
-from kdb.identity import kernel_identity, option_default, options_compatible, _UNKNOWN
+from kdb.identity import (
+    _UNKNOWN,
+    TUNING_OPTIONS,
+    kernel_identity,
+    option_default,
+    options_compatible,
+)
 from kdb.parsers.triton_json import parse_kernel_json
 
 # Facts compared per matched pair, in display order.
@@ -338,7 +344,7 @@ def _normalise_mlir(text: str) -> str:
     out = []
     for line in text.splitlines():
         s = line.strip()
-        if not s or s.startswith("#loc") or s.startswith("//"):
+        if not s or s.startswith(("#loc", "//")):
             continue
         s = _strip_locs(s)
         s = _QUOTED_PATH.sub('"<path>"', s)
@@ -354,7 +360,7 @@ def _normalise_llir(text: str) -> str:
     for line in text.splitlines():
         s = line.split(";", 1)[0].rstrip() if not line.lstrip().startswith('"') else line.rstrip()
         st = s.strip()
-        if not st or st.startswith("!") or st.startswith("source_filename") or st.startswith("; ModuleID"):
+        if not st or st.startswith(("!", "source_filename", "; ModuleID")):
             continue
         if "llvm.dbg." in st or st.startswith("#dbg_"):
             continue
@@ -375,7 +381,7 @@ def _normalise_asm(text: str, comment: str) -> str:
         s = line.split(comment, 1)[0].strip()
         if not s:
             continue
-        if s.startswith(".section") or s.startswith(".text") or s.startswith(".data"):
+        if s.startswith((".section", ".text", ".data")):
             in_debug = ".debug" in s
             if in_debug:
                 continue
@@ -444,6 +450,8 @@ def _effective_options(k: dict[str, Any]) -> dict[str, Any]:
 def _exact(a: dict[str, Any], b: dict[str, Any]) -> bool:
     oa, ob = _effective_options(a), _effective_options(b)
     keys = set(oa["values"]) | set(ob["values"])
+    if oa["backend"] != ob["backend"]:
+        keys &= set(TUNING_OPTIONS.get(oa["backend"] or "", ())) & set(TUNING_OPTIONS.get(ob["backend"] or "", ()))
     for key in keys:
         va = oa["values"].get(key, option_default(oa["backend"], key, oa["triton_version"]))
         vb = ob["values"].get(key, option_default(ob["backend"], key, ob["triton_version"]))
@@ -510,6 +518,8 @@ def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat
         keys = [others[j]["cache_key"] for j in compat]
         if all(j in taken for j in compat):
             reason = f"its counterpart in {other} ({', '.join(keys)}) is paired with another kernel (folder reused?)"
+        elif len(compat) == 1:
+            reason = f"its only candidate in {other} ({keys[0]}) is also a candidate of other kernels"
         else:
             reason = f"{len(compat)} candidates in {other} with compatible options"
         return KernelDiff("ambiguous", k["name"], reason=reason, candidates=keys, **row)
@@ -739,5 +749,15 @@ def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[Ker
     return views
 
 
-__all__ = ["DiffResult", "KernelDiff", "KernelDeepView", "Rule", "diff", "diff_sides", "parse_rules",
-           "normalise_stage", "open_side", "KdbError"]
+__all__ = [
+    "DiffResult",
+    "KdbError",
+    "KernelDeepView",
+    "KernelDiff",
+    "Rule",
+    "diff",
+    "diff_sides",
+    "normalise_stage",
+    "open_side",
+    "parse_rules",
+]

@@ -99,7 +99,10 @@ def options_compatible(a: dict[str, Any], b: dict[str, Any], version_a: str | No
     ver_a, ver_b = a.get("triton_version") or version_a, b.get("triton_version") or version_b
     vals_a, vals_b = a.get("values") or {}, b.get("values") or {}
     differing = []
-    for key in sorted(set(vals_a) | set(vals_b)):
+    keys = set(vals_a) | set(vals_b)
+    if backend_a != backend_b:  # --across-targets between backends: only the options both backends have
+        keys &= set(TUNING_OPTIONS.get(backend_a or "", ())) & set(TUNING_OPTIONS.get(backend_b or "", ()))
+    for key in sorted(keys):
         da, db = option_default(backend_a, key, ver_a), option_default(backend_b, key, ver_b)
         va = vals_a.get(key, da)
         vb = vals_b.get(key, db)

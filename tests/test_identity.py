@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
+import re
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS, snapshot_names
+
 from kdb.errors import ParseError
 from kdb.identity import kernel_identity, option_default, options_compatible, ttir_facts
 from kdb.parsers.triton_json import parse_kernel_json
@@ -83,11 +83,8 @@ def test_identity_components_match_the_build_records(name, unpack_snapshot):
 def test_use_lines_are_relative_to_the_def_line(unpack_snapshot):
     name = snapshot_names()[0]
     folders = kernel_folders(unpack_snapshot(name))
-    ttir, meta = next(v for v in folders.values() if v[1].name == "add_kernel")
+    ttir, _meta = next(v for v in folders.values() if v[1].name == "add_kernel")
     base = ttir_facts(ttir)
-    shifted = ttir
-    import re
-
     shifted = re.sub(r'(kernels/vector_add\.py":)(\d+)', lambda m: f"{m.group(1)}{int(m.group(2)) + 40}", ttir)
     assert ttir_facts(shifted)["args"] == base["args"]
     assert any(a["use_lines"] for a in base["args"])
