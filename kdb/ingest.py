@@ -185,7 +185,7 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
     total_bytes = sum(f.size for f in walk.files)
 
     with write_lock(home.lock_path, lock_wait_s):
-        with Catalog.open(home.catalog_path) as catalog:
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
         home.store.ensure()

@@ -1,0 +1,224 @@
+"""Reliability: killed writers, concurrent writers and readers lose nothing (README "Safety")."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from helpers import kdb, kdb_subprocess
+from kdb.errors import ExitCode
+
+sys.path.insert(0, str(ROOT / "bench"))
+import crash_harness  # noqa: E402
+
+SEED = int(os.environ.get("KDB_CRASH_SEED", "20251121"))
+
+
+@pytest.fixture(scope="module")
+def amd(corpus_manifest, unpack_snapshot):
+    name = crash_harness.smallest_amd_snapshot(corpus_manifest)
+    entry = corpus_manifest["snapshots"][name]
+    return unpack_snapshot(name), entry["kernel_count"], entry["file_count"]
+
+
+def _start(home: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "kdb", "--home", str(home), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _counts(capsys, home: Path, tag: str) -> tuple[int, int]:
+    shown = kdb(capsys, home, "show", tag, "--format", "json").json()
+    return shown["kernel_count"], shown["file_count"]
+
+
+def _lock_held(home: Path) -> bool:
+    """Whether a kdb writer holds write.lock now (probing takes the lock for an instant when free)."""
+    path = home / "write.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+# -- crashes -------------------------------------------------------------------------------------
+
+def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
+    """bench/crash_harness.py with fewer trials: each kill leaves a verifiable home, the redo succeeds."""
+    lines: list[str] = []
+    report = crash_harness.run({"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, log=lines.append)
+    summary = "\n".join(lines) + "\n" + report.summary()
+    assert sum(report.trials.values()) == 12, summary
+    assert report.inconsistencies == [], summary
+    assert report.tracebacks == [], summary
+    assert sum(report.killed.values()) >= 6, summary  # most trials must really be killed mid-run
+
+
+def test_harness_store_check_sees_a_partial_blob(amd, tmp_path, capsys):
+    """The harness's own store check must not be blind: a truncated blob under its final name is caught."""
+    cache, _, _ = amd
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q").code == 0
+    assert crash_harness.check_store(home / "objects") == []
+    blob = next(p for p in sorted((home / "objects").rglob("*")) if p.is_file() and p.stat().st_size > 100)
+    (blob.parent / ".tmp-leftover").write_bytes(blob.read_bytes()[:50])  # an interrupted write: allowed
+    assert crash_harness.check_store(home / "objects") == []
+    blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])
+    problems = crash_harness.check_store(home / "objects")
+    assert len(problems) == 1 and blob.parent.name + blob.name in problems[0]
+
+
+# -- concurrent writers --------------------------------------------------------------------------
+
+def test_two_ingests_at_once_both_complete(amd, tmp_path, capsys):
+    cache, kernels, files = amd
+    home = tmp_path / "home"
+    first = _start(home, "ingest", str(cache), "--tag", "one", "-q")
+    second = _start(home, "ingest", str(cache), "--tag", "two", "-q")
+    for proc in (first, second):
+        code, _, err = _finish(proc)
+        assert code == 0, err
+        assert err == ""
+    assert _counts(capsys, home, "one") == (kernels, files)
+    assert _counts(capsys, home, "two") == (kernels, files)
+    assert kdb(capsys, home, "verify").code == 0
+
+
+def test_second_writer_with_wait_0_exits_busy(amd, tmp_path, capsys):
+    cache, kernels, files = amd
+    home = tmp_path / "home"
+    for attempt in range(3):  # retried only if the first ingest finished before the second could try
+        first = _start(home, "ingest", str(cache), "--tag", f"first{attempt}", "-q", "-j", "1")
+        assert _wait_for(lambda: _lock_held(home), first), "the first ingest never took write.lock"
+        second = kdb_subprocess(home, "--wait", "0", "ingest", str(cache), "--tag", f"second{attempt}", "-q")
+        code, _, err = _finish(first)
+        assert code == 0, err
+        if second.code == 0:
+            continue
+        assert second.code == ExitCode.BUSY, second.err
+        assert second.out == ""
+        lines = second.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kdb: error: catalog busy"), second.err
+        assert "Traceback" not in second.err
+        assert kdb(capsys, home, "show", f"second{attempt}").code == ExitCode.TAG  # nothing of it was recorded
+        assert _counts(capsys, home, f"first{attempt}") == (kernels, files)
+        break
+    else:
+        pytest.fail("the first ingest never outlasted the second's start")
+    assert kdb(capsys, home, "verify").code == 0
+    # gc and rm are writers too
+    first = _start(home, "ingest", str(cache), "--tag", "third", "-q", "-j", "1")
+    assert _wait_for(lambda: _lock_held(home), first)
+    r_gc = kdb_subprocess(home, "--wait", "0", "gc")
+    r_rm = kdb_subprocess(home, "--wait", "0", "rm", "first0")
+    assert _finish(first)[0] == 0
+    for r in (r_gc, r_rm):
+        assert r.code in (ExitCode.BUSY, 0) and "Traceback" not in r.err
+        if r.code == ExitCode.BUSY:
+            assert r.err.startswith("kdb: error: catalog busy") and len(r.err.strip().splitlines()) == 1
+
+
+# -- readers while a writer runs -----------------------------------------------------------------
+
+def test_kdb_sql_during_ingest_succeeds_or_waits(amd, tmp_path, capsys):
+    """README: readers work while an ingest runs; during its final commit they wait for it."""
+    cache, kernels, files = amd
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "base", "-q").code == 0
+    writer = _start(home, "ingest", str(cache), "--tag", "new", "-q", "-j", "1")
+    seen = []
+    while writer.poll() is None:
+        r = kdb_subprocess(home, "sql", "SELECT count(*) AS n, sum(file_count) AS f FROM snapshots", "--format", "csv")
+        assert r.code == 0, r.err
+        assert "Traceback" not in r.err
+        seen.append(r.out.splitlines()[1])
+    code, _, err = _finish(writer)
+    assert code == 0, err
+    assert seen, "no reader ran while the ingest did"
+    # each reader saw the snapshot either not at all or complete, never a part of it
+    assert set(seen) <= {f"1,{files}", f"2,{2 * files}"}, seen
+    assert _counts(capsys, home, "new") == (kernels, files)
+
+
+def _duckdb_exe() -> str:
+    exe = shutil.which("duckdb")
+    if exe is None:
+        pytest.skip("the DuckDB shell (pip install duckdb-cli) is not installed")
+    return exe
+
+
+def test_duckdb_shell_during_ingest_sees_all_or_nothing(amd, tmp_path, capsys):
+    """The DuckDB shell does not retry: while kdb commits it may be refused with a lock error; never partial data."""
+    exe = _duckdb_exe()
+    cache, kernels, files = amd
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "base", "-q").code == 0
+    writer = _start(home, "ingest", str(cache), "--tag", "new", "-q", "-j", "1")
+    ok, refused = [], []
+    while writer.poll() is None:
+        r = subprocess.run([exe, "-readonly", "-csv", "-noheader", str(home / "catalog.duckdb"), "-c",
+                            "SELECT count(*), sum(file_count) FROM snapshots"], capture_output=True, text=True)
+        if r.returncode == 0:
+            ok.append(r.stdout.strip())
+        else:
+            assert "lock" in r.stderr.lower(), r.stderr
+            refused.append(r.stderr)
+    code, _, err = _finish(writer)
+    assert code == 0, err
+    assert ok, "the shell never read the catalog during the ingest"
+    assert set(ok) <= {f"1,{files}", f"2,{2 * files}"}, ok
+    assert _counts(capsys, home, "new") == (kernels, files)
+
+
+def test_ingest_waits_for_open_duckdb_shell_within_wait(amd, tmp_path, capsys):
+    """A `duckdb -readonly` session holds the catalog: ingest waits up to --wait, then exits 6 in one line."""
+    exe = _duckdb_exe()
+    cache, kernels, files = amd
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "base", "-q").code == 0
+    shell = subprocess.Popen([exe, "-readonly", str(home / "catalog.duckdb")], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(1.0)  # let the shell open the catalog
+        started = time.monotonic()
+        r = kdb_subprocess(home, "--wait", "1", "ingest", str(cache), "--tag", "refused", "-q")
+        elapsed = time.monotonic() - started
+        assert r.code == ExitCode.BUSY, r.err
+        assert len(r.err.strip().splitlines()) == 1 and "catalog busy" in r.err
+        assert elapsed < 8, f"--wait 1 was not honoured: waited {elapsed:.1f} s"
+        waiting = _start(home, "--wait", "60", "ingest", str(cache), "--tag", "later", "-q")
+        time.sleep(2.0)
+        assert waiting.poll() is None, "ingest did not wait for the shell"
+    finally:
+        shell.communicate(".quit\n", timeout=30)
+    code, _, err = _finish(waiting)
+    assert code == 0, err
+    assert _counts(capsys, home, "later") == (kernels, files)
+    assert kdb(capsys, home, "show", "refused").code == ExitCode.TAG
