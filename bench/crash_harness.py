@@ -177,7 +177,7 @@ class Harness:
     def kdb_process(self, context: str, home: Path, *args: str) -> subprocess.CompletedProcess:
         """Run kdb to completion as its own process; a traceback or a hang is recorded against `context`."""
         try:
-            proc = subprocess.run(self._argv(home, args), capture_output=True, text=True, env=self.env,
+            proc = subprocess.run(self._argv(home, args), check=False, capture_output=True, text=True, env=self.env,
                                   timeout=COMMAND_TIMEOUT_S, cwd=self.work)
         except subprocess.TimeoutExpired:
             self.report.inconsistencies.append(f"{context}: `kdb {' '.join(args)}` hung for {COMMAND_TIMEOUT_S} s")
@@ -326,9 +326,8 @@ class Harness:
 
     def expect_export_identical(self, context: str, home: Path, tag: str, hashes: dict[str, str]) -> None:
         dest = self.work / f"export-{self._homes}"
-        if self.expect_ok(context, self.kdb(context, home, "export", tag, str(dest))):
-            if tree_hashes(dest) != hashes:
-                self.bad(context, f"export of {tag!r} is not byte-identical to its source")
+        if self.expect_ok(context, self.kdb(context, home, "export", tag, str(dest))) and tree_hashes(dest) != hashes:
+            self.bad(context, f"export of {tag!r} is not byte-identical to its source")
         shutil.rmtree(dest, ignore_errors=True)
 
     # -- trials ----------------------------------------------------------------------------------
