@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,14 +100,12 @@ def readelf_kernels(path: Path) -> dict[str, dict[str, str]]:
     """Per-kernel scalar keys of the metadata note as llvm-readelf prints them (values kept as text)."""
     kernels: list[dict[str, str]] = []
     for line in _run(READELF, "--notes", str(path)).splitlines():
-        match = NOTE_KEY_RE.match(line)
-        if not match:
-            continue
-        if line.startswith("  - ."):  # first key of a new kernel map
+        if line.startswith("  - ."):  # first key of a new kernel map (`.agpr_count`, or `.args` on RDNA)
             kernels.append({})
         elif not (line.startswith("    .") and kernels):  # deeper lines belong to .args
             continue
-        kernels[-1][match.group("key")] = match.group("value")
+        if match := NOTE_KEY_RE.match(line):
+            kernels[-1][match.group("key")] = match.group("value")
     return {k["name"]: k for k in kernels}
 
 
@@ -181,7 +180,9 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
             with_comment += 1
             assert waves == int(comment.group(1)) == asm.occupancy, kernel.folder.name
             info = asm.kernel_info
-            assert info["TotalNumVgprs"] == k.vgpr_count and info["TotalNumSgprs"] == k.sgpr_count
+            # Targets without AGPRs print only NumVgprs, which is then the total.
+            assert info.get("TotalNumVgprs", info["NumVgprs"]) == k.vgpr_count == info["NumVGPRsForWavesPerEU"]
+            assert info["TotalNumSgprs"] == k.sgpr_count
             assert info["ScratchSize"] == k.private_segment_fixed_size
             assert info.get("NumAgprs", 0) == (k.agpr_count or 0)
         # The YAML copy of the note at the end of the .amdgcn always matched the code object.
@@ -240,20 +241,25 @@ def test_asm_structure(snapshot: str, snapshot_kernels) -> None:
 @needs_llvm
 @per_snapshot
 def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
-    padding = []
-    for kernel in snapshot_kernels(snapshot):
-        co = parse_hsaco(kernel.hsaco)
-        asm = Counter(parse_amdgcn(kernel.text("amdgcn") or "").kernels[0].mnemonics)
-        dis = objdump_counts(kernel.hsaco_path, co.arch, kernel.name)
-        assert dis == disasm.disassemble_mnemonics(kernel.hsaco, co.arch, kernel.name, objdump=OBJDUMP)
+    kernels = snapshot_kernels(snapshot)
+
+    def disassemble(kernel: Kernel) -> tuple[Counter[str], Counter[str] | None]:
+        arch = parse_hsaco(kernel.hsaco).arch
+        return (objdump_counts(kernel.hsaco_path, arch, kernel.name),
+                disasm.disassemble_mnemonics(kernel.hsaco, arch, kernel.name, objdump=OBJDUMP))
+
+    # objdump dominates the run time; the subprocesses run side by side.
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(disassemble, kernels))
+    for kernel, (dis, module_counts) in zip(kernels, results, strict=True):
+        assert dis == module_counts, kernel.folder.name
         assert dis["unknown"] == 0, kernel.folder.name
-        extra_nops = dis["s_nop"] - asm["s_nop"]
+        asm = Counter(parse_amdgcn(kernel.text("amdgcn") or "").kernels[0].mnemonics)
         # Alignment padding (`.p2align` in the asm) shows as `s_nop 0` in the disassembly; nothing else differs.
-        assert extra_nops >= 0
+        extra_nops = dis["s_nop"] - asm["s_nop"]
+        assert 0 <= extra_nops < 64, kernel.folder.name
         dis["s_nop"] -= extra_nops
         assert +dis == +asm, kernel.folder.name
-        padding.append(extra_nops)
-    assert len(padding) == len(snapshot_kernels(snapshot))
 
 
 @needs_corpus
