@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kdb.errors import KdbError
+
 KIB = 1024
 
 LIMITERS = ("vgpr", "sgpr", "lds", "workgroup", "max_waves")
@@ -104,8 +106,8 @@ def arch_spec(arch: str) -> ArchSpec | None:
 def _spec(arch: str) -> ArchSpec:
     spec = arch_spec(arch)
     if spec is None:
-        # A programming error: callers check arch_spec() first for arches read from data.
-        raise ValueError(f"no occupancy model for arch {arch!r}")
+        # Generic (v6) targets and processors newer than this table: callers record it as a problem.
+        raise KdbError(f"no occupancy model for arch {arch!r}")
     return spec
 
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import CORPUS, load_manifest
 
 from kdb import disasm
-from kdb.errors import ParseError
+from kdb.errors import KdbError, ParseError
 from kdb.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
 from kdb.parsers.amdgcn import GROUPS, classify, parse_amdgcn
 from kdb.parsers.hsaco import parse_hsaco
@@ -223,6 +223,7 @@ def test_asm_structure(snapshot: str, snapshot_kernels) -> None:
         asm = parse_amdgcn(kernel.text("amdgcn") or "").kernels[0]
         assert asm.name == kernel.name
         assert sum(asm.mnemonics.values()) == sum(asm.groups.values()) == asm.instruction_count
+        assert sum(asm.mix.values()) == asm.instruction_count
         assert sum(asm.lines.values()) == asm.instruction_count
         assert set(asm.groups) <= set(GROUPS)
         assert any(line > 0 and path.endswith(".py") for path, line, _ in asm.lines)
@@ -318,3 +319,5 @@ def test_occupancy_rules_from_reference() -> None:
     assert vgpr_headroom("gfx90a", 64, 64, 101) is None  # SGPRs cap it at 7 anyway
     assert vgpr_headroom("gfx90a", 64, 100, 101) == 4  # 104 allocated -> 4 waves; 96 gives 5
     assert vgpr_headroom("gfx1100", 32, 256, 107) == 16
+    with pytest.raises(KdbError):
+        compiler_occupancy("gfx11-generic", 32, 16, 16)

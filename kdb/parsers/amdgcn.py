@@ -101,6 +101,7 @@ class AsmKernel:
     amdhsa: dict[str, int]  # `.amdhsa_*` descriptor directives
     mnemonics: dict[str, int]  # full mnemonic -> count
     groups: dict[str, int]  # group -> count
+    mix: dict[tuple[str, str], int]  # (mnemonic, group) -> count; MUBUF scratch vs global needs the operands
     spill_count: int  # instructions commented `; N-byte Folded Spill`
     reload_count: int  # `; N-byte Folded Reload`
     spill_bytes: int
@@ -310,10 +311,12 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
     mnemonics: Counter[str] = Counter()
     groups: Counter[str] = Counter()
     lines: Counter[tuple[str, int, str]] = Counter()
+    mix: Counter[tuple[str, str]] = Counter()
     for instr in building.instructions:
         group = classify(instr.mnemonic, private, instr.operands)
         mnemonics[instr.mnemonic] += 1
         groups[group] += 1
+        mix[(instr.mnemonic, group)] += 1
         lines[(instr.file, instr.line, group)] += 1
     return AsmKernel(
         name=building.name,
@@ -322,6 +325,7 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
         amdhsa=dict(building.amdhsa),
         mnemonics=dict(mnemonics),
         groups=dict(groups),
+        mix=dict(mix),
         spill_count=building.spill_count,
         reload_count=building.reload_count,
         spill_bytes=building.spill_bytes,
