@@ -218,9 +218,10 @@ def _amd(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelM
                        kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
                        instr_source="amdgcn", instr_count=asm.instruction_count, spill_count=asm.spill_count,
                        reload_count=asm.reload_count, scratch_instr_count=asm.scratch_instructions)
-            for mnemonic, count in sorted(asm.mnemonics.items()):
-                out.add("instr_mix_counts", cache_key=cache_key, source="amdgcn", mnemonic=mnemonic,
-                        grp=classify(mnemonic, asm.private_segment), count=count)
+            # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
+            for (mnemonic, grp), count in sorted(asm.mix.items()):
+                out.add("instr_mix_counts", cache_key=cache_key, source="amdgcn", mnemonic=mnemonic, grp=grp,
+                        count=count)
             for (file, line, grp), count in sorted(asm.lines.items()):
                 out.add("source_line_counts", cache_key=cache_key, source="amdgcn", file=file, line=line, grp=grp,
                         count=count)

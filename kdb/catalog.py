@@ -107,7 +107,14 @@ class Catalog:
             con.execute("DETACH fresh")
         finally:
             con.close()
-        # Created under a temporary name so a crash never leaves a half-made catalog under the real one.
+        # Fully migrated under a temporary name, then renamed: a kill never leaves a half-made catalog
+        # under the real name (a reader would otherwise find it "needing migration").
+        con = duckdb.connect(str(tmp))
+        try:
+            Catalog(con, tmp, read_only=False).migrate()
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
         tmp.replace(path)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
 
