@@ -151,7 +151,7 @@ class Catalog:
             done = set()
         missing = [name for version, name, _ in schema_files() if version not in done]
         if missing:
-            raise UsageError(f"catalog {self.path} needs migration ({', '.join(missing)}): run any writing kdb command, e.g. `kdb verify`")
+            raise UsageError(f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import fnmatch
 import json
+import functools
 import re
 import tempfile
 from collections.abc import Iterator
@@ -209,15 +210,20 @@ class Side:
     mix: dict[str, list[dict[str, Any]]]
     files: dict[str, list[dict[str, Any]]]
 
-    def stage_text(self, cache_key: str, stage: str) -> tuple[str | None, str | None]:
-        """(normalised text, file kind) of one stage of one kernel, None when the folder has no such file."""
+    def stage_file(self, cache_key: str, stage: str) -> dict[str, Any] | None:
         kinds = {"ttir": ("ttir",), "ttgir": ("ttgir",), "llir": ("llir",), "isa": ("amdgcn", "ptx")}[stage]
         for kind in kinds:
             for f in self.files.get(cache_key, []):
                 if f["kind"] == kind:
-                    data = self.home.store.get(f["hash"], f["size"])
-                    return normalise_stage(data.decode("utf-8", "replace"), kind), kind
-        return None, None
+                    return f
+        return None
+
+    def stage_text(self, cache_key: str, stage: str) -> tuple[str | None, str | None]:
+        """(normalised text, file kind) of one stage of one kernel, None when the folder has no such file."""
+        f = self.stage_file(cache_key, stage)
+        if f is None:
+            return None, None
+        return _normalised_blob(self.home.store, f["hash"], f["size"], f["kind"]), f["kind"]
 
     def raw_text(self, cache_key: str, kind: str) -> str | None:
         for f in self.files.get(cache_key, []):
@@ -352,6 +358,10 @@ def _normalise_mlir(text: str) -> str:
     return "\n".join(out)
 
 
+# `, !dbg !42` or ` !dbg !42` at the end of an LLVM IR instruction
+_DBG_ATTACHMENT = re.compile(r",?\s*!dbg\s+!\d+")
+
+
 def _normalise_llir(text: str) -> str:
     ssa = _Renamer(r"%[\w$.-]+", "%v")
     meta = _Renamer(r"![0-9]+\b", "!m")
@@ -364,8 +374,7 @@ def _normalise_llir(text: str) -> str:
             continue
         if "llvm.dbg." in st or st.startswith("#dbg_"):
             continue
-        st = re.sub(r",\s*!dbg\s+!\d+", "", st)
-        st = re.sub(r"\s*!dbg\s+!\d+", "", st)
+        st = _DBG_ATTACHMENT.sub("", st)
         st = _QUOTED_PATH.sub('"<path>"', st)
         st = labels(st)
         out.append(meta(ssa(st)))
@@ -421,8 +430,17 @@ def _metadata_view(doc: Any) -> Any:
     return {k: v for k, v in doc.items() if k not in _VOLATILE_META}
 
 
+@functools.lru_cache(maxsize=4096)
+def _normalised_blob(store: Any, digest: str, size: int, kind: str) -> str:
+    """Normalising is the expensive part of a diff; a blob shared by many kernels is normalised once."""
+    return normalise_stage(store.get(digest, size).decode("utf-8", "replace"), kind)
+
+
 def first_changed_stage(sa: Side, a: dict[str, Any], sb: Side, b: dict[str, Any]) -> str | None:
     for stage in STAGES:
+        fa, fb = sa.stage_file(a["cache_key"], stage), sb.stage_file(b["cache_key"], stage)
+        if fa is not None and fb is not None and fa["hash"] == fb["hash"]:
+            continue  # byte-identical: no need to read or normalise either side
         ta, _ = sa.stage_text(a["cache_key"], stage)
         tb, _ = sb.stage_text(b["cache_key"], stage)
         if ta is None and tb is None:

@@ -238,6 +238,7 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
             "labels": labels or {},
         }
         tables = [files, blobs, kernels, problems] + analysis_rows_to_tables(analysis_tables)
+        home.store.durable()
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.write_snapshot(snapshot, tables, replace=replace)
     problem_list = [

@@ -76,20 +76,14 @@ def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
     report = crash_harness.run({"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, log=lines.append)
     summary = "\n".join(lines) + "\n" + report.summary()
     assert sum(report.trials.values()) == 12, summary
-    # Known bug, tracked by the strict xfail below: a kill between creating the catalog and migrating it
-    # leaves a catalog that every reader refuses. Only that exact finding is tolerated here.
-    unknown = [x for x in report.inconsistencies if "needs migration" not in x]
-    assert unknown == [], summary
+    assert report.inconsistencies == [], summary
     assert report.tracebacks == [], summary
     assert sum(report.killed.values()) >= 6, summary  # most trials must really be killed mid-run
 
 
-@pytest.mark.xfail(strict=True, reason="kdb/catalog.py Catalog._create renames the new catalog into place "
-                   "before migrate() runs; a kill in between leaves an unmigrated catalog that read-only "
-                   "commands (verify, tags, sql) refuse with 'needs migration ... e.g. `kdb verify`', "
-                   "though verify is itself read-only")
 def test_ingest_killed_before_migrations_leaves_verifiable_home(tmp_path, capsys):
-    """The state an ingest killed right after creating the catalog file (before any migration) leaves."""
+    """Regression: the catalog used to appear under its name before its migrations ran, so a kill in
+    between left a catalog every reader refused. Now the first file a kill can leave is fully migrated."""
     from kdb.catalog import Catalog
 
     home = tmp_path / "home"
