@@ -41,21 +41,12 @@ def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
         deleted = freed = temps = 0
         for name, path in store.iter_blobs():
             if path.name.startswith(TEMP_PREFIX):
-                freed += _unlink(path)
+                freed += store.remove(path)
                 temps += 1
             elif name not in keep:
-                freed += _unlink(path)
+                freed += store.remove(path)
                 deleted += 1
         return GcResult(deleted, freed, temps)
-
-
-def _unlink(path: Path) -> int:
-    try:
-        size = path.stat().st_size
-        path.unlink()
-        return size
-    except FileNotFoundError:
-        return 0
 
 
 @dataclass

@@ -172,8 +172,9 @@ class BlobStore:
             for entry in sorted(shard.iterdir()):
                 yield shard.name + entry.name, entry
 
-    def delete(self, digest: str) -> int:
-        path = self.path_for(digest)
+    @staticmethod
+    def remove(path: Path) -> int:
+        """Delete one store file (a blob or a leftover temporary); return the bytes freed."""
         try:
             size = path.stat().st_size
             path.unlink()
