@@ -115,7 +115,7 @@ def snapshot_state(home: Path, tag: str) -> dict | None:
             return None
         sid, kernel_count, file_count = row
         files = con.execute("SELECT count(*) FROM files WHERE snapshot_id = ?", [sid]).fetchone()[0]
-        kernels = con.execute("SELECT count(*) FROM kernel_folders WHERE snapshot_id = ?", [sid]).fetchone()[0]
+        kernels = con.execute("SELECT count(*) FROM kernels WHERE snapshot_id = ?", [sid]).fetchone()[0]
         return {"kernel_count": kernel_count, "file_count": file_count, "files": files, "kernels": kernels}
     finally:
         con.close()

@@ -32,7 +32,7 @@ class FolderAnalysis:
 
 # Tables filled from analysis (columns besides snapshot_id); `kdb reindex` rebuilds exactly these.
 ANALYSIS_COLUMNS = [
-    "cache_key", "co_arch", "co_version", "xnack", "sramecc", "vgpr_count", "agpr_count", "sgpr_count",
+    "folder_digest", "co_arch", "co_version", "xnack", "sramecc", "vgpr_count", "agpr_count", "sgpr_count",
     "vgpr_spill_count", "sgpr_spill_count", "lds_static", "scratch_bytes", "wavefront_size", "max_workgroup_size",
     "kernarg_size", "dynamic_stack", "code_size", "descriptor", "co_metadata", "registers", "stack_bytes",
     "local_bytes", "const0_bytes", "occupancy_llvm", "occupancy_llvm_limiter", "occupancy", "occupancy_limiter",
@@ -43,8 +43,9 @@ ANALYSIS_COLUMNS = [
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
-    "instr_mix_counts": ["cache_key", "source", "mnemonic", "grp", "count"],
-    "source_line_counts": ["cache_key", "source", "file", "line", "grp", "count"],
+    "instr_mix_counts": ["folder_digest", "source", "mnemonic", "grp", "count"],
+    "source_line_counts": ["folder_digest", "source", "file", "line", "grp", "count"],
+    "analysis_problems": ["folder_digest", "name", "stage", "reason"],
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
@@ -69,11 +70,12 @@ def sass_group(opcode: str) -> str:
     return "other"
 
 
-def kernel_row(cache_key: str, meta: KernelMeta) -> dict[str, Any]:
+def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str, Any]:
     version, source = meta.triton_version, "json"
     if version is None:
         version, source = release_family(cache_key), "folder-name"
     return {
+        "folder_digest": folder_digest,
         "cache_key": cache_key,
         "name": meta.name,
         "backend": meta.backend,
@@ -93,7 +95,8 @@ def kernel_row(cache_key: str, meta: KernelMeta) -> dict[str, Any]:
     }
 
 
-def analyze_folder(cache_key: str, json_file: FolderFile, files: list[FolderFile]) -> FolderAnalysis:
+def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, files: list[FolderFile]) -> FolderAnalysis:
+    """Rows for one kernel folder; problems are (path relative to the cache, stage, reason)."""
     out = FolderAnalysis()
     try:
         meta = parse_kernel_json(json_file.data)
@@ -101,11 +104,16 @@ def analyze_folder(cache_key: str, json_file: FolderFile, files: list[FolderFile
         out.problems.append((json_file.rel, "json", str(exc)))
         # Still a kernel folder: keep a row under the file's name so the kernel is listed, facts NULL.
         stem = json_file.rel.rsplit("/", 1)[-1][: -len(".json")]
-        out.kernel = {"cache_key": cache_key, "name": stem, "triton_version": release_family(cache_key),
-                      "triton_version_source": "folder-name" if release_family(cache_key) else None}
-        return out
-    out.kernel = kernel_row(cache_key, meta)
-    analyze_kernel(out, cache_key, meta, files)
+        family = release_family(cache_key)
+        out.kernel = {"folder_digest": folder_digest, "cache_key": cache_key, "name": stem, "triton_version": family,
+                      "triton_version_source": "folder-name" if family else None}
+    else:
+        out.kernel = kernel_row(cache_key, folder_digest, meta)
+        analyze_kernel(out, folder_digest, meta, files)
+    prefix = cache_key + "/"
+    for path, stage, reason in out.problems:
+        out.add("analysis_problems", folder_digest=folder_digest, name=path[len(prefix):] if path.startswith(prefix) else path,
+                stage=stage, reason=reason)
     return out
 
 
@@ -122,13 +130,13 @@ def _first(files: list[FolderFile], kind: str, name: str) -> FolderFile | None:
     return of_kind[0] if of_kind else None
 
 
-def analyze_kernel(out: FolderAnalysis, cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
-    row: dict[str, Any] = {"cache_key": cache_key}
+def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+    row: dict[str, Any] = {"folder_digest": folder_digest}
     _ir_facts(out, row, meta, files)
     if meta.backend == "hip" or _first(files, "hsaco", meta.name):
-        _amd(out, row, cache_key, meta, files)
+        _amd(out, row, folder_digest, meta, files)
     elif meta.backend == "cuda" or _first(files, "cubin", meta.name):
-        _nvidia(out, row, cache_key, meta, files)
+        _nvidia(out, row, folder_digest, meta, files)
     out.add("kernel_analysis", **row)
 
 
@@ -161,7 +169,7 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
                    identity_parts=json.dumps(ident["parts"], sort_keys=True))
 
 
-def _amd(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+def _amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:
     from kdb import occupancy
     from kdb.disasm import disassemble_mnemonics
     from kdb.parsers.amdgcn import classify, parse_amdgcn
@@ -220,10 +228,10 @@ def _amd(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelM
                        reload_count=asm.reload_count, scratch_instr_count=asm.scratch_instructions)
             # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
             for (mnemonic, grp), count in sorted(asm.mix.items()):
-                out.add("instr_mix_counts", cache_key=cache_key, source="amdgcn", mnemonic=mnemonic, grp=grp,
+                out.add("instr_mix_counts", folder_digest=folder_digest, source="amdgcn", mnemonic=mnemonic, grp=grp,
                         count=count)
             for (file, line, grp), count in sorted(asm.lines.items()):
-                out.add("source_line_counts", cache_key=cache_key, source="amdgcn", file=file, line=line, grp=grp,
+                out.add("source_line_counts", folder_digest=folder_digest, source="amdgcn", file=file, line=line, grp=grp,
                         count=count)
             return
         except ParseError as exc:
@@ -236,7 +244,7 @@ def _amd(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelM
         row.update(instr_source="llvm-objdump", instr_count=sum(counts.values()),
                    scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"))
         for mnemonic, count in sorted(counts.items()):
-            out.add("instr_mix_counts", cache_key=cache_key, source="llvm-objdump", mnemonic=mnemonic,
+            out.add("instr_mix_counts", folder_digest=folder_digest, source="llvm-objdump", mnemonic=mnemonic,
                     grp=groups[mnemonic], count=count)
 
 
@@ -246,7 +254,7 @@ def _descriptor(kernel: Any) -> dict[str, Any]:
     return {n: getattr(kernel, n, None) for n in names}
 
 
-def _nvidia(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+def _nvidia(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:
     from kdb import nv_occupancy, nvtools
     from kdb.parsers.cubin import parse_cubin
     from kdb.parsers.ptx import parse_ptx
@@ -290,10 +298,10 @@ def _nvidia(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: Kern
             from kdb.parsers.ptx import opcode_group
 
             for op, count in sorted(fn.opcodes.items()):
-                out.add("instr_mix_counts", cache_key=cache_key, source="ptx", mnemonic=op, grp=opcode_group(op),
+                out.add("instr_mix_counts", folder_digest=folder_digest, source="ptx", mnemonic=op, grp=opcode_group(op),
                         count=count)
             for (file, line, grp), count in sorted(fn.lines.items()):
-                out.add("source_line_counts", cache_key=cache_key, source="ptx", file=file, line=line, grp=grp,
+                out.add("source_line_counts", folder_digest=folder_digest, source="ptx", file=file, line=line, grp=grp,
                         count=count)
             row.update(instr_source="ptx", instr_count=fn.total)
         except ParseError as exc:
@@ -308,5 +316,5 @@ def _nvidia(out: FolderAnalysis, row: dict[str, Any], cache_key: str, meta: Kern
         if counts:
             row.update(instr_source="sass", instr_count=sum(counts.values()))
             for op, count in sorted(counts.items()):
-                out.add("instr_mix_counts", cache_key=cache_key, source="sass", mnemonic=op, grp=sass_group(op),
+                out.add("instr_mix_counts", folder_digest=folder_digest, source="sass", mnemonic=op, grp=sass_group(op),
                         count=count)

@@ -198,8 +198,18 @@ class Catalog:
         rows = self.con.execute("SELECT hash FROM blobs WHERE hash IN (SELECT unnest(?::VARCHAR[]))", [list(hashes)])
         return {r[0] for r in rows.fetchall()}
 
+    def known_folders(self, cache_keys: Sequence[str]) -> dict[str, frozenset[str]]:
+        """Folder digests the catalog already holds, per cache key (a re-ingest skips those folders)."""
+        rows = self.con.execute(
+            "SELECT cache_key, list(folder_digest) FROM folders WHERE cache_key IN (SELECT unnest(?::VARCHAR[])) "
+            "GROUP BY cache_key", [list(cache_keys)]).fetchall()
+        return {key: frozenset(digests) for key, digests in rows}
+
     def write_snapshot(self, snapshot: dict[str, Any], tables: Sequence[Table], *, replace: bool) -> int:
-        """Record a whole snapshot in one transaction: it appears completely or not at all."""
+        """Record a whole snapshot in one transaction: it appears completely or not at all.
+
+        Tables with a snapshot_id column get the new id; content tables (blobs, folder-keyed rows) add
+        only rows the catalog does not hold yet. Counts and sizes are then computed from what was recorded."""
         with self.transaction():
             old = self.snapshot_id(snapshot["tag"])
             if old is not None:
@@ -213,24 +223,41 @@ class Catalog:
                 INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
                     triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
                     stored_bytes, new_bytes, labels)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, MAP(?::VARCHAR[], ?::VARCHAR[]))
+                VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]))
                 """,
                 [
                     sid, snapshot["tag"], snapshot["created_at"], snapshot["source_path"], snapshot["host"],
-                    snapshot["kdb_version"], snapshot["triton_versions"], snapshot["targets"],
-                    snapshot["kernel_count"], snapshot["file_count"], snapshot["problem_count"],
-                    snapshot["raw_bytes"], snapshot["stored_bytes"], snapshot["new_bytes"],
+                    snapshot["kdb_version"], snapshot["file_count"], snapshot["raw_bytes"], snapshot["new_bytes"],
                     list(labels.keys()), list(labels.values()),
                 ],
             )
             for table in tables:
                 if "snapshot_id" in table.columns:
                     table.data["snapshot_id"] = [sid] * len(table)
-                if table.name == "blobs":
+                    self.insert(table)
+                elif table.name == "blobs":
                     self._insert_new_blobs(table)
                 else:
-                    self.insert(table)
+                    self.insert(table)  # folder-keyed rows: the ingest sends only folders the catalog lacked
+            self._update_snapshot_totals(sid)
         return sid
+
+    def _update_snapshot_totals(self, sid: int) -> None:
+        self.con.execute(
+            """
+            UPDATE snapshots SET
+                kernel_count = (SELECT count(*) FROM kernels WHERE snapshot_id = $1),
+                triton_versions = coalesce((SELECT list(DISTINCT triton_version ORDER BY triton_version)
+                                   FROM kernels WHERE snapshot_id = $1 AND triton_version IS NOT NULL), []),
+                targets = coalesce((SELECT list(DISTINCT backend || ':' || arch || ':' || warp_size ORDER BY 1)
+                           FROM kernels WHERE snapshot_id = $1 AND backend IS NOT NULL), []),
+                problem_count = (SELECT count(*) FROM problems WHERE tag = (SELECT tag FROM snapshots WHERE snapshot_id = $1)),
+                stored_bytes = (SELECT coalesce(sum(stored_size), 0) FROM blobs
+                                WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = $1))
+            WHERE snapshot_id = $1
+            """,
+            [sid],
+        )
 
     def _insert_new_blobs(self, table: Table) -> None:
         known = self.known_blobs(table.data["hash"])
@@ -241,8 +268,6 @@ class Catalog:
                 seen.add(digest)
                 fresh.add(**{c: table.data[c][i] for c in table.columns})
         self.insert(fresh)
-
-    SNAPSHOT_TABLES = ("files", "kernel_folders", "file_problems")
 
     def _snapshot_tables(self) -> list[str]:
         rows = self.con.execute(
@@ -261,44 +286,55 @@ class Catalog:
         with self.transaction():
             self._delete_snapshot_rows(self.require_snapshot(tag))
 
-    def replace_analysis(self, sid: int, tables: Sequence[Table], problems: Table, keep_stages: Sequence[str]) -> None:
-        """Swap a snapshot's derived rows (analysis tables and analysis problems) in one transaction."""
-        with self.transaction():
-            for table in [*tables, problems]:
-                if table.name == "file_problems":
-                    self.con.execute("DELETE FROM file_problems WHERE snapshot_id = ? AND stage NOT IN "
-                                     "(SELECT unnest(?::VARCHAR[]))", [sid, list(keep_stages)])
-                else:
-                    self.con.execute(f"DELETE FROM {table.name} WHERE snapshot_id = ?", [sid])
-                table.data["snapshot_id"] = [sid] * len(table)
-                self.insert(table)
-            self.con.execute(
-                "UPDATE snapshots SET problem_count = (SELECT count(*) FROM file_problems WHERE snapshot_id = ?) "
-                "WHERE snapshot_id = ?", [sid, sid])
+    def _folder_tables(self) -> list[str]:
+        """Tables keyed by folder content (everything with a folder_digest column except snapshot_folders)."""
+        rows = self.con.execute(
+            "SELECT DISTINCT table_name FROM information_schema.columns "
+            "WHERE column_name = 'folder_digest' AND table_name <> 'snapshot_folders' "
+            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
+        ).fetchall()
+        return sorted(r[0] for r in rows)
 
-    def kernel_cache_keys(self, sid: int) -> list[str]:
-        rows = self.con.execute("SELECT cache_key FROM kernel_folders WHERE snapshot_id = ? ORDER BY cache_key", [sid])
-        return [r[0] for r in rows.fetchall()]
+    def replace_folder_rows(self, digests: Sequence[str], tables: Sequence[Table]) -> None:
+        """Swap the derived rows of these folders (kernel JSON rows and analysis) in one transaction."""
+        with self.transaction():
+            for table in tables:
+                self.con.execute(f"DELETE FROM {table.name} WHERE folder_digest IN (SELECT unnest(?::VARCHAR[]))",
+                                 [list(digests)])
+                self.insert(table)
+            for (sid,) in self.con.execute("SELECT snapshot_id FROM snapshots").fetchall():
+                self._update_snapshot_totals(sid)
+
+    def kernel_folders_of(self, tag: str) -> list[tuple[str, str]]:
+        """(cache_key, folder_digest) of every kernel folder of a snapshot."""
+        sid = self.require_snapshot(tag)
+        return self.con.execute(
+            "SELECT cache_key, folder_digest FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]).fetchall()
+
+    def folder_files(self, digest: str) -> list[dict[str, Any]]:
+        return self._dicts("SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name",
+                           [digest])
 
     def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
         """Rows of the `kernels` view for kernels whose name or cache key matches (glob or exact)."""
         sid = self.require_snapshot(tag)
         return self._dicts(
-            "SELECT * EXCLUDE (snapshot_id) FROM kernels WHERE snapshot_id = ? AND (name = ? OR cache_key = ? "
+            "SELECT * EXCLUDE (snapshot_id, folder_digest) FROM kernels WHERE snapshot_id = ? AND (name = ? OR cache_key = ? "
             "OR name GLOB ?) ORDER BY name, cache_key",
             [sid, pattern, pattern, pattern],
         )
 
     def kernel_detail(self, tag: str, cache_key: str) -> dict[str, Any]:
         sid = self.require_snapshot(tag)
-        analysis = self._dicts("SELECT * EXCLUDE (snapshot_id) FROM kernel_analysis WHERE snapshot_id = ? AND cache_key = ?",
-                               [sid, cache_key])
+        analysis = self._dicts(
+            "SELECT a.* EXCLUDE (folder_digest) FROM kernel_analysis a JOIN snapshot_folders sf USING (folder_digest) "
+            "WHERE sf.snapshot_id = ? AND sf.cache_key = ?", [sid, cache_key])
         mix = self._dicts("SELECT grp, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key = ? "
                           "ORDER BY grp, count DESC, mnemonic", [tag, cache_key])
         lines = self._dicts("SELECT file, line, grp, count FROM source_lines WHERE tag = ? AND cache_key = ? "
                             "AND source IN ('amdgcn', 'ptx') ORDER BY file, line, grp", [tag, cache_key])
-        problems = self._dicts("SELECT path, stage, reason FROM file_problems WHERE snapshot_id = ? AND cache_key = ? "
-                               "ORDER BY path", [sid, cache_key])
+        problems = self._dicts("SELECT path, stage, reason FROM problems WHERE tag = ? AND cache_key = ? "
+                               "ORDER BY path", [tag, cache_key])
         return {"analysis": analysis[0] if analysis else {}, "mix": mix, "lines": lines, "problems": problems}
 
     # -- reading ---------------------------------------------------------------------------------
@@ -336,10 +372,8 @@ class Catalog:
         )
 
     def snapshot_problems(self, tag: str) -> list[dict[str, Any]]:
-        sid = self.require_snapshot(tag)
-        return self._dicts(
-            "SELECT path, cache_key, stage, reason FROM file_problems WHERE snapshot_id = ? ORDER BY path, stage", [sid]
-        )
+        self.require_snapshot(tag)
+        return self._dicts("SELECT path, cache_key, stage, reason FROM problems WHERE tag = ? ORDER BY path, stage", [tag])
 
     def referenced_blobs(self) -> list[dict[str, Any]]:
         """Every blob the catalog refers to, with the size files say it has and how many files use it."""
@@ -366,20 +400,16 @@ class Catalog:
     def all_blob_hashes(self) -> set[str]:
         return {r[0] for r in self.con.execute("SELECT hash FROM blobs").fetchall()}
 
-    def drop_unreferenced_blobs(self) -> list[tuple[str, int]]:
+    def drop_unreferenced(self) -> int:
+        """Forget folders no snapshot holds, then blobs no file uses; return how many blob rows went."""
         with self.transaction():
-            rows = self.con.execute(
-                "SELECT hash, stored_size FROM blobs WHERE hash NOT IN (SELECT DISTINCT hash FROM files)"
-            ).fetchall()
-            self.con.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT DISTINCT hash FROM files)")
-        return rows
-
-    def snapshot_stored_bytes(self, tag: str) -> int:
-        sid = self.require_snapshot(tag)
-        return self.con.execute(
-            "SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = ?)",
-            [sid],
-        ).fetchone()[0]
+            for table in self._folder_tables():
+                self.con.execute(f"DELETE FROM {table} WHERE folder_digest NOT IN "
+                                 "(SELECT DISTINCT folder_digest FROM snapshot_folders)")
+            unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
+            n = self.con.execute(f"SELECT count(*) FROM blobs WHERE {unused}").fetchone()[0]
+            self.con.execute(f"DELETE FROM blobs WHERE {unused}")
+        return n
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run a user's SQL (the user's own text by design: `kdb sql`), on a read-only connection."""
@@ -400,8 +430,8 @@ class Catalog:
             SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source,
                    a.identity_parts, a.co_metadata, a.descriptor, a.kernel_info
             FROM kernels k
-            JOIN kernel_folders kf ON kf.snapshot_id = k.snapshot_id AND kf.cache_key = k.cache_key
-            LEFT JOIN kernel_analysis a ON a.snapshot_id = k.snapshot_id AND a.cache_key = k.cache_key
+            JOIN kernel_folders kf USING (folder_digest)
+            LEFT JOIN kernel_analysis a USING (folder_digest)
             WHERE k.snapshot_id = ?
             ORDER BY k.name, k.cache_key
             """,

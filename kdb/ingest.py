@@ -6,6 +6,7 @@ transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -32,10 +33,13 @@ DEFAULT_MAX_FILE_BYTES = 1 << 30
 # Below this many files a worker pool costs more than it saves.
 POOL_MIN_FILES = 200
 
-FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind", "cache_key"]
 BLOB_COLUMNS = ["hash", "size", "stored_size"]
+FOLDER_COLUMNS = ["folder_digest", "cache_key", "file_count", "bytes"]
+FOLDER_FILE_COLUMNS = ["folder_digest", "name", "hash", "size", "kind"]
+SNAPSHOT_FOLDER_COLUMNS = ["snapshot_id", "cache_key", "folder_digest"]
+TOP_FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind"]
 KERNEL_COLUMNS = [
-    "snapshot_id", "cache_key", "name", "backend", "arch", "warp_size", "num_warps", "num_stages", "num_ctas",
+    "folder_digest", "cache_key", "name", "backend", "arch", "warp_size", "num_warps", "num_stages", "num_ctas",
     "waves_per_eu", "matrix_instr_nonkdim", "kpack", "shared", "triton_version", "triton_version_source",
     "hash", "metadata",
 ]
@@ -46,12 +50,23 @@ ProgressFn = Callable[[int, int], None]  # (files done, bytes done)
 
 @dataclass
 class GroupResult:
-    files: list[dict[str, Any]] = field(default_factory=list)
+    cache_key: str | None
+    folder_digest: str | None = None
+    known: bool = False  # the catalog holds this folder already: nothing stored, nothing analysed
+    files: list[dict[str, Any]] = field(default_factory=list)  # name (relative to the folder), hash, size, kind
     blobs: list[dict[str, Any]] = field(default_factory=list)
     analysis: FolderAnalysis | None = None
-    problems: list[tuple[str, str | None, str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str | None, str, str]] = field(default_factory=list)  # read problems
     new_bytes: int = 0
     bytes_read: int = 0
+
+
+def folder_digest(cache_key: str, files: list[tuple[str, str]]) -> str:
+    """Content address of a cache folder: its name and its (relative name, blob hash) pairs."""
+    h = hashlib.sha256(cache_key.encode() + b"\0")
+    for name, digest in sorted(files):
+        h.update(name.encode() + b"\0" + digest.encode() + b"\n")
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -69,39 +84,51 @@ class IngestSummary:
 
 
 def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile], max_bytes: int,
-                 analyze: bool) -> GroupResult:
-    """Runs in a worker: store a folder's files and analyse it if it is a kernel folder."""
+                 analyze: bool, known: frozenset[str]) -> GroupResult:
+    """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store and analyse it."""
     store = BlobStore(Path(store_root))
-    out = GroupResult()
-    contents: list[FolderFile] = []
+    out = GroupResult(cache_key)
+    read: list[tuple[WalkedFile, bytes | None, str]] = []
     for f in files:
         if f.size > max_bytes:
             out.problems.append((f.rel, cache_key, "read", f"{f.size} bytes is larger than --max-file-size; not stored"))
             continue
         try:
-            if f.size > STREAM_THRESHOLD:
+            if f.size > STREAM_THRESHOLD:  # stored while hashed, in streaming passes
                 put = store.put_file(f.abspath, f.size)
-                data = None
-            else:
-                with open(f.abspath, "rb") as fh:
-                    data = fh.read(max_bytes + 1)
-                put = store.put_bytes(data, hash_bytes(data))
+                read.append((f, None, put.digest))
+                out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
+                out.new_bytes += put.stored_size if put.new else 0
+                continue
+            with open(f.abspath, "rb") as fh:
+                data = fh.read(max_bytes + 1)
         except OSError as exc:
             out.problems.append((f.rel, cache_key, "read", f"cannot read: {exc.strerror or exc}"))
             continue
-        out.files.append({"path": f.rel, "hash": put.digest, "size": put.size, "kind": f.kind, "cache_key": cache_key})
+        read.append((f, data, hash_bytes(data)))
+    prefix = "" if cache_key is None else cache_key + "/"
+    for f, data, digest in read:
+        size = len(data) if data is not None else f.size
+        out.files.append({"name": f.rel[len(prefix):], "hash": digest, "size": size, "kind": f.kind})
+        out.bytes_read += size
+    if cache_key is not None:
+        out.folder_digest = folder_digest(cache_key, [(r["name"], r["hash"]) for r in out.files])
+        out.known = out.folder_digest in known
+    if out.known:
+        return out
+    contents: list[FolderFile] = []
+    for f, data, digest in read:
+        if data is None:
+            continue
+        put = store.put_bytes(data, digest)
         out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
-        out.bytes_read += put.size
-        if put.new:
-            out.new_bytes += put.stored_size
-        if data is not None:
-            contents.append(FolderFile(f.rel, f.kind, data))
-    if analyze and cache_key is not None:
+        out.new_bytes += put.stored_size if put.new else 0
+        contents.append(FolderFile(f.rel, f.kind, data))
+    if analyze and cache_key is not None and out.folder_digest is not None:
         json_file = kernel_json(files)
         json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
         if json_contents is not None:
-            out.analysis = analyze_folder(cache_key, json_contents, contents)
-            out.problems.extend((p, cache_key, stage, reason) for p, stage, reason in out.analysis.problems)
+            out.analysis = analyze_folder(cache_key, out.folder_digest, json_contents, contents)
     return out
 
 
@@ -142,14 +169,14 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile], bool]], max_bytes: int,
-                workers: int) -> Iterator[GroupResult]:
+                workers: int, known: dict[str, frozenset[str]]) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
         for key, files, analyze in groups:
-            yield _store_group(str(store_root), key, files, max_bytes, analyze)
+            yield _store_group(str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()))
         return
     with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze)
+        futures = [pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()))
                    for key, files, analyze in groups]
         for fut in futures:
             yield fut.result()
@@ -188,66 +215,69 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
+            known = catalog.known_folders([key for key, _, _ in groups if key is not None])
         home.store.ensure()
 
-        files = Table("files", FILE_COLUMNS)
         blobs = Table("blobs", BLOB_COLUMNS)
+        folders = Table("folders", FOLDER_COLUMNS)
+        folder_files = Table("folder_files", FOLDER_FILE_COLUMNS)
+        snapshot_folders = Table("snapshot_folders", SNAPSHOT_FOLDER_COLUMNS)
+        top_files = Table("top_files", TOP_FILE_COLUMNS)
         kernels = Table("kernel_folders", KERNEL_COLUMNS)
         problems = Table("file_problems", PROBLEM_COLUMNS)
         analysis_tables: dict[str, list[dict[str, Any]]] = {}
         for p in walk.problems:
             problems.add(path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None, stage="walk", reason=p.reason)
-        new_bytes = 0
+        new_bytes = raw_bytes = file_count = 0
         done_files = done_bytes = 0
-        for result in _run_groups(home.store.root, groups, max_file_bytes, workers):
-            for row in result.files:
-                files.add(**row)
+        for result in _run_groups(home.store.root, groups, max_file_bytes, workers, known):
             for row in result.blobs:
                 blobs.add(**row)
             for path, key, stage, reason in result.problems:
                 problems.add(path=path, cache_key=key, stage=stage, reason=reason)
+            if result.cache_key is None:
+                for row in result.files:
+                    top_files.add(path=row["name"], **{k: row[k] for k in ("hash", "size", "kind")})
+            elif result.files:
+                snapshot_folders.add(cache_key=result.cache_key, folder_digest=result.folder_digest)
+                if not result.known:
+                    folders.add(folder_digest=result.folder_digest, cache_key=result.cache_key,
+                                file_count=len(result.files), bytes=result.bytes_read)
+                    for row in result.files:
+                        folder_files.add(folder_digest=result.folder_digest, **row)
             if result.analysis is not None and result.analysis.kernel is not None:
                 kernels.add(**result.analysis.kernel)
                 for table, rows in result.analysis.rows.items():
                     analysis_tables.setdefault(table, []).extend(rows)
             new_bytes += result.new_bytes
+            raw_bytes += result.bytes_read
+            file_count += len(result.files)
             done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
             done_bytes += result.bytes_read
             if progress:
                 progress(done_files, total_files, done_bytes, total_bytes)
 
-        stored = {}
-        for digest, stored_size in zip(blobs.data["hash"], blobs.data["stored_size"]):
-            stored[digest] = stored_size
-        targets = sorted({f"{b}:{a}:{w}" for b, a, w in zip(kernels.data["backend"], kernels.data["arch"], kernels.data["warp_size"]) if b})
-        versions = sorted({v for v in kernels.data["triton_version"] if v})
         snapshot = {
             "tag": tag,
             "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
             "source_path": str(source.resolve()),
             "host": socket.gethostname(),
             "kdb_version": __version__,
-            "triton_versions": versions,
-            "targets": targets,
-            "kernel_count": len(kernels),
-            "file_count": len(files),
-            "problem_count": len(problems),
-            "raw_bytes": sum(files.data["size"]),
-            "stored_bytes": sum(stored.values()),
+            "file_count": file_count,
+            "raw_bytes": raw_bytes,
             "new_bytes": new_bytes,
             "labels": labels or {},
         }
-        tables = [files, blobs, kernels, problems] + analysis_rows_to_tables(analysis_tables)
+        tables = [blobs, folders, folder_files, snapshot_folders, top_files, kernels, problems,
+                  *analysis_rows_to_tables(analysis_tables)]
         home.store.durable()
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.write_snapshot(snapshot, tables, replace=replace)
-    problem_list = [
-        {"path": p, "cache_key": k, "stage": s, "reason": r}
-        for p, k, s, r in zip(problems.data["path"], problems.data["cache_key"], problems.data["stage"], problems.data["reason"])
-    ]
+            stored = catalog.get_snapshot(tag)
+            problem_list = catalog.snapshot_problems(tag)
     return IngestSummary(
-        tag=tag, source=str(source), kernels=len(kernels), files=len(files), raw_bytes=snapshot["raw_bytes"],
-        new_bytes=new_bytes, stored_bytes=snapshot["stored_bytes"], problems=len(problems),
+        tag=tag, source=str(source), kernels=stored["kernel_count"], files=file_count, raw_bytes=raw_bytes,
+        new_bytes=new_bytes, stored_bytes=stored["stored_bytes"], problems=len(problem_list),
         seconds=time.monotonic() - started, problem_list=problem_list,
     )
 
@@ -257,43 +287,38 @@ def analysis_rows_to_tables(rows_by_table: dict[str, list[dict[str, Any]]]) -> l
 
     tables = []
     for name in ANALYSIS_TABLES:
-        table = Table(name, ["snapshot_id", *TABLE_COLUMNS[name]])
+        table = Table(name, TABLE_COLUMNS[name])
         for row in rows_by_table.get(name, []):
             table.add(**row)
         tables.append(table)
     return tables
 
 
-# Problems recorded while walking and reading belong to the ingest; the rest come from analysis.
-INGEST_PROBLEM_STAGES = ("walk", "read")
-
-
 def reindex(home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0) -> dict[str, int]:
-    """Recompute every analysis table of the given snapshots (all when None) from the stored blobs."""
+    """Recompute the analysis of every kernel folder of the given snapshots (all when None) from the stored blobs."""
     store = home.store
     done: dict[str, int] = {}
     with write_lock(home.lock_path, lock_wait_s):
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             tags = tags or [s["tag"] for s in catalog.list_snapshots()]
+            digests: dict[str, str] = {}  # folder digest -> cache key, each analysed once
             for tag in tags:
-                sid = catalog.require_snapshot(tag)
-                by_folder: dict[str, list[dict[str, Any]]] = {}
-                for row in catalog.snapshot_files(tag):
-                    if row["cache_key"] is not None:
-                        by_folder.setdefault(row["cache_key"], []).append(row)
-                rows: dict[str, list[dict[str, Any]]] = {}
-                problems = Table("file_problems", PROBLEM_COLUMNS)
-                for cache_key in catalog.kernel_cache_keys(sid):
-                    files = [FolderFile(r["path"], r["kind"], store.get(r["hash"], r["size"])) for r in by_folder.get(cache_key, [])]
-                    walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
-                    json_file = kernel_json(walked)
-                    if json_file is None:
-                        continue
-                    result = analyze_folder(cache_key, next(f for f in files if f.rel == json_file.rel), files)
-                    for table, table_rows in result.rows.items():
-                        rows.setdefault(table, []).extend(table_rows)
-                    for path, stage, reason in result.problems:
-                        problems.add(path=path, cache_key=cache_key, stage=stage, reason=reason)
-                catalog.replace_analysis(sid, analysis_rows_to_tables(rows), problems, INGEST_PROBLEM_STAGES)
-                done[tag] = len(catalog.kernel_cache_keys(sid))
+                folders = catalog.kernel_folders_of(tag)
+                digests.update((digest, key) for key, digest in folders)
+                done[tag] = len(folders)
+            kernels = Table("kernel_folders", KERNEL_COLUMNS)
+            rows: dict[str, list[dict[str, Any]]] = {}
+            for digest, cache_key in sorted(digests.items()):
+                files = [FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
+                         for r in catalog.folder_files(digest)]
+                walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
+                json_file = kernel_json(walked)
+                if json_file is None:
+                    continue
+                result = analyze_folder(cache_key, digest, next(f for f in files if f.rel == json_file.rel), files)
+                if result.kernel is not None:
+                    kernels.add(**result.kernel)
+                for table, table_rows in result.rows.items():
+                    rows.setdefault(table, []).extend(table_rows)
+            catalog.replace_folder_rows(sorted(digests), [kernels, *analysis_rows_to_tables(rows)])
     return done

@@ -35,7 +35,7 @@ def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
     """Delete blobs no snapshot references: catalog rows first, then files, so the catalog never names a missing blob."""
     with write_lock(home.lock_path, lock_wait_s):
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
-            catalog.drop_unreferenced_blobs()
+            catalog.drop_unreferenced()
             keep = catalog.all_blob_hashes()
         store = home.store
         deleted = freed = temps = 0

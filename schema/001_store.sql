@@ -26,18 +26,50 @@ CREATE TABLE blobs (
     stored_size BIGINT NOT NULL        -- bytes on disk, zstd-compressed
 );
 
-CREATE TABLE files (
+-- Cache folders are content-addressed, like git trees: a folder's digest is the SHA-256 of its name
+-- and its (relative file name, blob hash) pairs. A snapshot lists the folders it holds; a folder seen
+-- before (an unchanged kernel in a re-ingest) adds one row, and its analysis is never redone.
+CREATE TABLE folders (
+    folder_digest VARCHAR PRIMARY KEY,
+    cache_key     VARCHAR NOT NULL,      -- the folder name in the cache
+    file_count    INTEGER NOT NULL,
+    bytes         BIGINT NOT NULL
+);
+
+CREATE TABLE folder_files (
+    folder_digest VARCHAR NOT NULL,
+    name          VARCHAR NOT NULL,      -- path relative to the folder (POSIX)
+    hash          VARCHAR NOT NULL,
+    size          BIGINT NOT NULL,
+    kind          VARCHAR NOT NULL,      -- hsaco, cubin, amdgcn, ptx, llir, ttir, ttgir, source, json, group, autotune, module, partial, temporary, other
+    PRIMARY KEY (folder_digest, name)
+);
+
+CREATE TABLE snapshot_folders (
+    snapshot_id   INTEGER NOT NULL,
+    cache_key     VARCHAR NOT NULL,
+    folder_digest VARCHAR NOT NULL,
+    PRIMARY KEY (snapshot_id, cache_key)
+);
+
+CREATE TABLE top_files (                 -- files at the top of the cache, outside any folder
     snapshot_id INTEGER NOT NULL,
-    path        VARCHAR NOT NULL,      -- POSIX path relative to the cache root
+    path        VARCHAR NOT NULL,
     hash        VARCHAR NOT NULL,
     size        BIGINT NOT NULL,
-    kind        VARCHAR NOT NULL,      -- hsaco, cubin, amdgcn, ptx, llir, ttir, ttgir, source, json, group, autotune, module, partial, temporary, other
-    cache_key   VARCHAR,               -- the cache folder holding the file (NULL at the top level)
+    kind        VARCHAR NOT NULL,
     PRIMARY KEY (snapshot_id, path)
 );
 
+-- Every file of every snapshot.
+CREATE VIEW files AS
+SELECT sf.snapshot_id, sf.cache_key || '/' || ff.name AS path, ff.hash, ff.size, ff.kind, sf.cache_key
+FROM snapshot_folders sf JOIN folder_files ff USING (folder_digest)
+UNION ALL
+SELECT snapshot_id, path, hash, size, kind, NULL AS cache_key FROM top_files;
+
 CREATE TABLE kernel_folders (
-    snapshot_id           INTEGER NOT NULL,
+    folder_digest         VARCHAR PRIMARY KEY,
     cache_key             VARCHAR NOT NULL,   -- the cache folder name
     name                  VARCHAR NOT NULL,
     backend               VARCHAR,            -- hip or cuda
@@ -53,14 +85,13 @@ CREATE TABLE kernel_folders (
     triton_version        VARCHAR,
     triton_version_source VARCHAR,            -- 'json', or 'folder-name' when inferred from the cache-key encoding
     hash                  VARCHAR,
-    metadata              JSON,               -- the whole Triton JSON, as written
-    PRIMARY KEY (snapshot_id, cache_key)
+    metadata              JSON                -- the whole Triton JSON, as written
 );
 
-CREATE TABLE file_problems (
+CREATE TABLE file_problems (               -- problems met while walking and reading a cache
     snapshot_id INTEGER NOT NULL,
     path        VARCHAR NOT NULL,
     cache_key   VARCHAR,
-    stage       VARCHAR NOT NULL,   -- walk, read, json, hsaco, amdgcn, cubin, ptx, ttgir, ...
+    stage       VARCHAR NOT NULL,   -- walk, read
     reason      VARCHAR NOT NULL
 );

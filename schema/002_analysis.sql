@@ -2,9 +2,10 @@
 -- instruction mix, source-line attribution, and the public views users query.
 -- Everything here is derived from stored blobs: `kdb reindex` rebuilds these tables.
 
+-- Keyed by folder_digest (see folders in 001): the analysis of a folder's content, shared by every
+-- snapshot that holds that folder.
 CREATE TABLE kernel_analysis (
-    snapshot_id            INTEGER NOT NULL,
-    cache_key              VARCHAR NOT NULL,
+    folder_digest          VARCHAR PRIMARY KEY,
     -- code object (AMD HSACO / NVIDIA cubin)
     co_arch                VARCHAR,     -- from ELF e_flags
     co_version             INTEGER,     -- AMD code-object version (4, 5, ...)
@@ -56,13 +57,11 @@ CREATE TABLE kernel_analysis (
     -- identity across compiler releases (see kdb/identity.py)
     identity               VARCHAR,     -- hash of identity_parts, with the target
     identity_any_target    VARCHAR,     -- the same without the target, for --across-targets
-    identity_parts         JSON,
-    PRIMARY KEY (snapshot_id, cache_key)
+    identity_parts         JSON
 );
 
 CREATE TABLE instr_mix_counts (
-    snapshot_id INTEGER NOT NULL,
-    cache_key   VARCHAR NOT NULL,
+    folder_digest VARCHAR NOT NULL,
     source      VARCHAR NOT NULL,   -- amdgcn, llvm-objdump, ptx, sass
     mnemonic    VARCHAR NOT NULL,
     grp         VARCHAR NOT NULL,
@@ -70,8 +69,7 @@ CREATE TABLE instr_mix_counts (
 );
 
 CREATE TABLE source_line_counts (
-    snapshot_id INTEGER NOT NULL,
-    cache_key   VARCHAR NOT NULL,
+    folder_digest VARCHAR NOT NULL,
     source      VARCHAR NOT NULL,   -- amdgcn or ptx
     file        VARCHAR NOT NULL,
     line        INTEGER NOT NULL,   -- 0: instructions with no source line
@@ -79,38 +77,51 @@ CREATE TABLE source_line_counts (
     count       INTEGER NOT NULL
 );
 
+CREATE TABLE analysis_problems (          -- files of a folder that could not be parsed
+    folder_digest VARCHAR NOT NULL,
+    name          VARCHAR NOT NULL,   -- file name within the folder ('' for the folder as a whole)
+    stage         VARCHAR NOT NULL,   -- json, hsaco, amdgcn, cubin, ptx, sass, ttgir, identity, occupancy
+    reason        VARCHAR NOT NULL
+);
+
 CREATE VIEW kernels AS
 SELECT
-    s.tag, k.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.num_warps, k.num_stages,
+    s.tag, sf.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.num_warps, k.num_stages,
     k.num_ctas, k.waves_per_eu, k.matrix_instr_nonkdim, k.kpack, k.shared,
     a.vgpr_count, a.agpr_count, a.sgpr_count, a.vgpr_spill_count, a.sgpr_spill_count, a.scratch_bytes,
     a.lds_static, a.registers, a.stack_bytes, a.local_bytes, a.lds_static AS static_shared, a.code_size,
     a.occupancy_llvm, a.occupancy_llvm_limiter, a.occupancy, a.occupancy_limiter, a.occupancy_unit,
     a.vgpr_headroom, a.instr_source, a.instr_count, a.spill_count, a.reload_count, a.scratch_instr_count,
-    a.ptx_instr_count, a.identity, a.identity_any_target, s.snapshot_id
-FROM kernel_folders k
+    a.ptx_instr_count, a.identity, a.identity_any_target, s.snapshot_id, sf.folder_digest
+FROM snapshot_folders sf
 JOIN snapshots s USING (snapshot_id)
-LEFT JOIN kernel_analysis a USING (snapshot_id, cache_key);
+JOIN kernel_folders k USING (folder_digest)
+LEFT JOIN kernel_analysis a USING (folder_digest);
 
 CREATE VIEW instr_mix AS
-SELECT s.tag, m.cache_key, m.mnemonic, m.grp, m.count, m.source
-FROM instr_mix_counts m
+SELECT s.tag, sf.cache_key, m.mnemonic, m.grp, m.count, m.source
+FROM snapshot_folders sf
 JOIN snapshots s USING (snapshot_id)
-JOIN kernel_analysis a USING (snapshot_id, cache_key)
+JOIN kernel_analysis a USING (folder_digest)
+JOIN instr_mix_counts m USING (folder_digest)
 WHERE m.source = a.instr_source;
 
 CREATE VIEW ptx_mix AS
-SELECT s.tag, m.cache_key, m.mnemonic, m.grp, m.count
-FROM instr_mix_counts m JOIN snapshots s USING (snapshot_id)
+SELECT s.tag, sf.cache_key, m.mnemonic, m.grp, m.count
+FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN instr_mix_counts m USING (folder_digest)
 WHERE m.source = 'ptx';
 
 CREATE VIEW source_lines AS
-SELECT s.tag, l.cache_key, l.file, l.line, l.grp, l.count, l.source
-FROM source_line_counts l JOIN snapshots s USING (snapshot_id);
+SELECT s.tag, sf.cache_key, l.file, l.line, l.grp, l.count, l.source
+FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN source_line_counts l USING (folder_digest);
 
 CREATE VIEW problems AS
 SELECT s.tag, p.cache_key, p.path, p.stage, p.reason
-FROM file_problems p JOIN snapshots s USING (snapshot_id);
+FROM file_problems p JOIN snapshots s USING (snapshot_id)
+UNION ALL
+SELECT s.tag, sf.cache_key, CASE WHEN p.name = '' THEN sf.cache_key ELSE sf.cache_key || '/' || p.name END,
+       p.stage, p.reason
+FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN analysis_problems p USING (folder_digest);
 
 CREATE VIEW snapshot_files AS
 SELECT s.tag, f.path, f.kind, f.size, f.hash, f.cache_key

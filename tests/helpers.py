@@ -38,3 +38,16 @@ def kdb_subprocess(home: Path, *args: str, timeout: float = 600, binary: bool = 
 def tree_hashes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def plant_catalog_path(home: Path, path: str) -> None:
+    """Record an extra file under an arbitrary `path` in the first snapshot (as a damaged or hostile
+    catalog could), pointing at a real stored blob so that only the path is wrong."""
+    import duckdb
+
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    try:
+        con.execute("INSERT INTO top_files SELECT (SELECT min(snapshot_id) FROM snapshots), ?, hash, size, kind "
+                    "FROM folder_files ORDER BY name LIMIT 1", [path])
+    finally:
+        con.close()

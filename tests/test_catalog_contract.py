@@ -63,7 +63,7 @@ def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, u
     assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
     con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
     rows = con.execute("SELECT k.name, k.occupancy_llvm, k.vgpr_count, k.sgpr_count, k.scratch_bytes, a.kernel_info, "
-                       "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (snapshot_id, cache_key)").fetchall()
+                       "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (folder_digest)").fetchall()
     assert len(rows) == load_manifest()["snapshots"][name]["kernel_count"]
     with_info = 0
     for kname, occ, vgpr, sgpr, scratch, info_json, source, count in rows:

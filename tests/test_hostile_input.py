@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import kdb, kdb_subprocess, tree_hashes
+from helpers import plant_catalog_path, kdb, kdb_subprocess, tree_hashes
 
 from kdb.errors import ExitCode
 
@@ -284,9 +284,7 @@ def ingested(amd_name, unpack_snapshot, tmp_path, capsys):
 
 
 def _set_first_path(home: Path, new_path: str) -> None:
-    con = duckdb.connect(str(home / "catalog.duckdb"))
-    con.execute("UPDATE files SET path = ? WHERE path = (SELECT max(path) FROM files)", [new_path])
-    con.close()
+    plant_catalog_path(home, new_path)
 
 
 def _all_files(root: Path) -> set[str]:

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from conftest import snapshot_names
-from helpers import kdb, kdb_subprocess, tree_hashes
+from helpers import kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 from kdb.errors import ExitCode
 from kdb.home import Home
 
@@ -43,10 +43,17 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "first", "-q").code == 0
     before = store_bytes(home)
+    count = "SELECT (SELECT count(*) FROM folders) AS folders, (SELECT count(*) FROM kernel_analysis) AS analysed"
+    content_rows = kdb(capsys, home, "sql", count, "--format", "json").json()
     r = kdb(capsys, home, "ingest", str(cache), "--tag", "second", "--format", "json")
     assert r.code == 0
     assert r.json()["new_bytes"] == 0
     assert store_bytes(home) - before < 0.01 * before
+    # unchanged folders are recognised by content: nothing re-analysed, no folder rows added
+    assert kdb(capsys, home, "sql", count, "--format", "json").json() == content_rows
+    per_tag = "SELECT tag, count(*) AS n, sum(vgpr_count) AS v FROM kernels GROUP BY tag ORDER BY tag"
+    first, second = kdb(capsys, home, "sql", per_tag, "--format", "json").json()
+    assert (first["n"], first["v"]) == (second["n"], second["v"])
     tags = kdb(capsys, home, "tags", "--format", "json").json()
     assert [t["tag"] for t in tags] == ["first", "second"]
 
@@ -147,9 +154,7 @@ def test_export_and_cat_refuse_corrupted_bytes(ingested, tmp_path, capsys):
 
 def test_export_never_writes_outside_dest(ingested, tmp_path, capsys):
     home, _ = ingested
-    con = duckdb.connect(str(home / "catalog.duckdb"))
-    con.execute("UPDATE files SET path = '../escaped.json' WHERE path = (SELECT min(path) FROM files)")
-    con.close()
+    plant_catalog_path(home, "../escaped.json")
     dest = tmp_path / "sandbox" / "dest"
     r = kdb(capsys, home, "export", "snap", str(dest))
     assert r.code == ExitCode.INTEGRITY and "unsafe path" in r.err
