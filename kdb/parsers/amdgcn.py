@@ -312,8 +312,14 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
     groups: Counter[str] = Counter()
     lines: Counter[tuple[str, int, str]] = Counter()
     mix: Counter[tuple[str, str]] = Counter()
+    # Only MUBUF loads/stores depend on their operands; every other mnemonic is classified once.
+    by_mnemonic: dict[str, str] = {}
     for instr in building.instructions:
-        group = classify(instr.mnemonic, private, instr.operands)
+        group = by_mnemonic.get(instr.mnemonic)
+        if group is None:
+            group = classify(instr.mnemonic, private, instr.operands)
+            if not instr.mnemonic.startswith("buffer_"):
+                by_mnemonic[instr.mnemonic] = group
         mnemonics[instr.mnemonic] += 1
         groups[group] += 1
         mix[(instr.mnemonic, group)] += 1
