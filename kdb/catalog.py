@@ -17,6 +17,10 @@ from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
 # Users open the catalog with the DuckDB shell they have (duckdb-cli 1.5.x on PyPI today); a newer
 # library must not upgrade the file's storage format past what that shell reads.
 STORAGE_VERSION = "v1.5.0"
+# DuckDB's default 256 KiB block gives every table at least one block: a 6 MB floor for a small
+# catalog, larger than the compressed store of a few hundred kernels. 16 KiB blocks (the smallest
+# DuckDB allows; readable by the 1.5 shell) cut that floor to a few hundred KB.
+BLOCK_SIZE = 16384
 BUSY_POLL_S = 0.2
 
 MIGRATIONS_TABLE_DDL = """
@@ -103,7 +107,7 @@ class Catalog:
         tmp.unlink(missing_ok=True)
         con = duckdb.connect()
         try:
-            con.execute("ATTACH ? AS fresh (STORAGE_VERSION ?)", [str(tmp), STORAGE_VERSION])
+            con.execute("ATTACH ? AS fresh (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(tmp), STORAGE_VERSION, BLOCK_SIZE])
             con.execute("DETACH fresh")
         finally:
             con.close()
