@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdb.errors import KdbError, ParseError
+from kdb.normalize import STAGE_KINDS, stage_digest
 from kdb.parsers.triton_json import KernelMeta, parse_kernel_json, release_family
 
 
@@ -39,7 +40,7 @@ ANALYSIS_COLUMNS = [
     "occupancy_unit", "vgpr_headroom", "asm_occupancy", "kernel_info", "instr_source", "instr_count", "spill_count",
     "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
     "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
-    "identity_any_target", "identity_parts",
+    "identity_any_target", "identity_parts", "ttir_digest", "ttgir_digest", "llir_digest", "isa_digest",
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
@@ -158,6 +159,10 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
                        local_alloc_count=facts["local_alloc_count"])
         except ParseError as exc:
             _problem(out, ttgir, "ttgir", str(exc))
+    for stage, kinds in STAGE_KINDS.items():
+        stage_file = next((f for kind in kinds if (f := _first(files, kind, meta.name)) is not None), None)
+        if stage_file is not None:
+            row[f"{stage}_digest"] = stage_digest(_text(stage_file), stage_file.kind)
     ttir = _first(files, "ttir", meta.name)
     try:
         ident = kernel_identity(_text(ttir), meta)

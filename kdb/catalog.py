@@ -432,7 +432,8 @@ class Catalog:
         return self._dicts(
             """
             SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source,
-                   a.identity_parts, a.co_metadata, a.descriptor, a.kernel_info
+                   a.identity_parts, a.co_metadata, a.descriptor, a.kernel_info,
+                   a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
             LEFT JOIN kernel_analysis a USING (folder_digest)

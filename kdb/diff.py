@@ -36,6 +36,7 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
+from kdb.normalize import normalise_stage
 from kdb.identity import (
     _UNKNOWN,
     TUNING_OPTIONS,
@@ -290,137 +291,6 @@ def open_side(home: Home, ref: str, wait_s: float = 600.0) -> Iterator[Side]:
         yield _load_side(temp_home, tag, str(path), wait_s)
 
 
-# -- normalisation of stage texts ---------------------------------------------------------------------
-_QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
-
-
-def _strip_locs(line: str) -> str:
-    """Remove every `loc(...)` (balanced) from an MLIR line."""
-    out, i = [], 0
-    while True:
-        j = line.find("loc(", i)
-        if j < 0 or (j > 0 and (line[j - 1].isalnum() or line[j - 1] in "_.")):
-            if j < 0:
-                out.append(line[i:])
-                break
-            out.append(line[i:j + 4])
-            i = j + 4
-            continue
-        out.append(line[i:j])
-        depth, k, in_str = 0, j + 3, False
-        while k < len(line):
-            c = line[k]
-            if in_str:
-                if c == "\\":
-                    k += 1
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            k += 1
-        i = k + 1
-    return re.sub(r"\s+(?=[,)]|$)", "", "".join(out))
-
-
-class _Renamer:
-    def __init__(self, pattern: str, prefix: str) -> None:
-        self.re = re.compile(pattern)
-        self.prefix = prefix
-        self.names: dict[str, str] = {}
-
-    def __call__(self, text: str) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(0)
-            if name not in self.names:
-                self.names[name] = f"{self.prefix}{len(self.names)}"
-            return self.names[name]
-
-        return self.re.sub(sub, text)
-
-
-def _normalise_mlir(text: str) -> str:
-    ssa = _Renamer(r"%[\w$.-]+(?:#\d+)?", "%v")
-    blocks = _Renamer(r"\^[\w$.-]+", "^bb")
-    out = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith(("#loc", "//")):
-            continue
-        s = _strip_locs(s)
-        s = _QUOTED_PATH.sub('"<path>"', s)
-        out.append(blocks(ssa(s)))
-    return "\n".join(out)
-
-
-# `, !dbg !42` or ` !dbg !42` at the end of an LLVM IR instruction
-_DBG_ATTACHMENT = re.compile(r",?\s*!dbg\s+!\d+")
-
-
-def _normalise_llir(text: str) -> str:
-    ssa = _Renamer(r"%[\w$.-]+", "%v")
-    meta = _Renamer(r"![0-9]+\b", "!m")
-    labels = _Renamer(r"^\d+(?=:)", "L")
-    out = []
-    for line in text.splitlines():
-        s = line.split(";", 1)[0].rstrip() if not line.lstrip().startswith('"') else line.rstrip()
-        st = s.strip()
-        if not st or st.startswith(("!", "source_filename", "; ModuleID")):
-            continue
-        if "llvm.dbg." in st or st.startswith("#dbg_"):
-            continue
-        st = _DBG_ATTACHMENT.sub("", st)
-        st = _QUOTED_PATH.sub('"<path>"', st)
-        st = labels(st)
-        out.append(meta(ssa(st)))
-    return "\n".join(out)
-
-
-def _normalise_asm(text: str, comment: str) -> str:
-    labels = _Renamer(r"(?:\.L|\$L)[\w$.]+", ".L")
-    regs = _Renamer(r"%(?:r|rd|f|fd|p|rs|h|hh|b)\d+\b", "%r") if comment == "//" else None
-    out = []
-    in_debug = False
-    for line in text.splitlines():
-        s = line.split(comment, 1)[0].strip()
-        if not s:
-            continue
-        if s.startswith((".section", ".text", ".data")):
-            in_debug = ".debug" in s
-            if in_debug:
-                continue
-        if in_debug:
-            if comment == "//" and s == "}":
-                in_debug = False
-            continue
-        if s.startswith((".loc", ".file", ".cfi_", ".ident")) or s.startswith("$L__tmp") and s.endswith(":"):
-            continue
-        s = _QUOTED_PATH.sub('"<path>"', s)
-        s = labels(s)
-        if regs:
-            s = regs(s)
-        out.append(re.sub(r"\s+", " ", s))
-    return "\n".join(out)
-
-
-def normalise_stage(text: str, kind: str) -> str:
-    """Text with paths, locations, debug info, SSA names, labels (and PTX register numbers) made neutral."""
-    if kind in ("ttir", "ttgir", "source"):
-        return _normalise_mlir(text)
-    if kind == "llir":
-        return _normalise_llir(text)
-    if kind == "amdgcn":
-        return _normalise_asm(text, ";")
-    if kind == "ptx":
-        return _normalise_asm(text, "//")
-    return text
-
-
 _VOLATILE_META = {"hash", "triton_version", "extern_libs", "name"}
 
 
@@ -438,6 +308,11 @@ def _normalised_blob(store: Any, digest: str, size: int, kind: str) -> str:
 
 def first_changed_stage(sa: Side, a: dict[str, Any], sb: Side, b: dict[str, Any]) -> str | None:
     for stage in STAGES:
+        da, db = a.get(f"{stage}_digest"), b.get(f"{stage}_digest")
+        if da is not None and db is not None:  # computed at ingest: no IR needs reading
+            if da != db:
+                return stage
+            continue
         fa, fb = sa.stage_file(a["cache_key"], stage), sb.stage_file(b["cache_key"], stage)
         if fa is not None and fb is not None and fa["hash"] == fb["hash"]:
             continue  # byte-identical: no need to read or normalise either side

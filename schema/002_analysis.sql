@@ -57,7 +57,13 @@ CREATE TABLE kernel_analysis (
     -- identity across compiler releases (see kdb/identity.py)
     identity               VARCHAR,     -- hash of identity_parts, with the target
     identity_any_target    VARCHAR,     -- the same without the target, for --across-targets
-    identity_parts         JSON
+    identity_parts         JSON,
+    -- SHA-256 of each stage's normalised text (kdb/normalize.py): `kdb diff` finds the first stage that
+    -- changed by comparing these, without reading any IR
+    ttir_digest            VARCHAR,
+    ttgir_digest           VARCHAR,
+    llir_digest            VARCHAR,
+    isa_digest             VARCHAR
 );
 
 CREATE TABLE instr_mix_counts (
