@@ -13,7 +13,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -175,11 +176,18 @@ def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile
         for key, files, analyze in groups:
             yield _store_group(str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()))
         return
+    # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
+    # however many folders the cache holds (a list of all futures would keep every result alive).
+    window = 8 * workers
     with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()))
-                   for key, files, analyze in groups]
-        for fut in futures:
-            yield fut.result()
+        pending: deque[Future[GroupResult]] = deque()
+        for key, files, analyze in groups:
+            pending.append(pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze,
+                                       known.get(key, frozenset())))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def validate_tag(tag: str) -> str:
