@@ -22,6 +22,7 @@ STORAGE_VERSION = "v1.5.0"
 # DuckDB allows; readable by the 1.5 shell) cut that floor to a few hundred KB.
 BLOCK_SIZE = 16384
 BUSY_POLL_S = 0.2
+STAGING_MEMORY = "64MB"
 
 MIGRATIONS_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -64,6 +65,49 @@ class Table:
 
     def __len__(self) -> int:
         return len(self.data[self.columns[0]]) if self.columns else 0
+
+    def clear(self) -> None:
+        self.data = {c: [] for c in self.columns}
+
+
+def _bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> None:
+    """Insert a column-wise Table in one statement (parameters only: no value ever enters the SQL text)."""
+    if not len(table):
+        return
+    selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
+    cols = ", ".join(table.columns)
+    con.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
+                [table.data[c] for c in table.columns])
+
+
+class Staging:
+    """One ingest's rows, spilled in batches to a scratch DuckDB file so that memory stays flat whatever
+    the size of the cache; Catalog.write_snapshot then moves them into the catalog in one transaction."""
+
+    def __init__(self, path: Path, schema: dict[str, dict[str, str]]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        Path(str(path) + ".wal").unlink(missing_ok=True)
+        self.path = path
+        self.schema = schema
+        # DuckDB keeps written pages cached up to its memory limit (80% of RAM by default); a small limit
+        # makes it write them out instead, which is what keeps an ingest's memory flat.
+        self.con = duckdb.connect(str(path), config={"memory_limit": STAGING_MEMORY})
+        for name, columns in schema.items():
+            self.con.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})")
+
+    def add(self, table: Table) -> None:
+        staged = Table(table.name, [c for c in table.columns if c != "snapshot_id"])
+        staged.data = {c: table.data[c] for c in staged.columns}
+        _bulk_insert(self.con, staged, self.schema[table.name])
+
+    def close(self) -> None:
+        self.con.execute("CHECKPOINT")
+        self.con.close()
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        Path(str(self.path) + ".wal").unlink(missing_ok=True)
 
 
 class Catalog:
@@ -170,20 +214,21 @@ class Catalog:
     # -- generic bulk insert ---------------------------------------------------------------------
     def _column_types(self, table: str) -> dict[str, str]:
         rows = self.con.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", [table]
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = ? AND table_catalog = current_database() ORDER BY ordinal_position", [table]
         ).fetchall()
         return dict(rows)
 
     def insert(self, table: Table) -> None:
-        if not len(table):
-            return
-        types = self._column_types(table.name)
-        selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
-        cols = ", ".join(table.columns)
-        self.con.execute(
-            f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
-            [table.data[c] for c in table.columns],
-        )
+        _bulk_insert(self.con, table, self._column_types(table.name))
+
+    def staging_schema(self, tables: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+        """Column types, from the catalog, of the columns an ingest stages for each table."""
+        out = {}
+        for name, columns in tables.items():
+            types = self._column_types(name)
+            out[name] = {c: types[c] for c in columns if c != "snapshot_id"}
+        return out
 
     # -- snapshots -------------------------------------------------------------------------------
     def snapshot_id(self, tag: str) -> int | None:
@@ -196,12 +241,6 @@ class Catalog:
             raise TagError(f"no snapshot tagged {tag!r} (see `kdb tags`)")
         return sid
 
-    def known_blobs(self, hashes: Sequence[str]) -> set[str]:
-        if not hashes:
-            return set()
-        rows = self.con.execute("SELECT hash FROM blobs WHERE hash IN (SELECT unnest(?::VARCHAR[]))", [list(hashes)])
-        return {r[0] for r in rows.fetchall()}
-
     def known_folders(self, cache_keys: Sequence[str]) -> dict[str, frozenset[str]]:
         """Folder digests the catalog already holds, per cache key (a re-ingest skips those folders)."""
         rows = self.con.execute(
@@ -209,11 +248,20 @@ class Catalog:
             "GROUP BY cache_key", [list(cache_keys)]).fetchall()
         return {key: frozenset(digests) for key, digests in rows}
 
-    def write_snapshot(self, snapshot: dict[str, Any], tables: Sequence[Table], *, replace: bool) -> int:
-        """Record a whole snapshot in one transaction: it appears completely or not at all.
+    def write_snapshot(self, snapshot: dict[str, Any], staging: Path, *, replace: bool) -> int:
+        """Record a whole snapshot, staged by the ingest in `staging`, in one transaction: it appears
+        completely or not at all.
 
-        Tables with a snapshot_id column get the new id; content tables (blobs, folder-keyed rows) add
-        only rows the catalog does not hold yet. Counts and sizes are then computed from what was recorded."""
+        Tables with a snapshot_id column get the new id; blobs add only hashes the catalog lacks;
+        folder-keyed rows arrive only for folders the catalog lacked. Counts and sizes are then
+        computed from what was recorded."""
+        self.con.execute("ATTACH ? AS staged (READ_ONLY)", [str(staging)])
+        try:
+            return self._write_snapshot(snapshot, replace)
+        finally:
+            self.con.execute("DETACH staged")
+
+    def _write_snapshot(self, snapshot: dict[str, Any], replace: bool) -> int:
         with self.transaction():
             old = self.snapshot_id(snapshot["tag"])
             if old is not None:
@@ -235,14 +283,19 @@ class Catalog:
                     list(labels.keys()), list(labels.values()),
                 ],
             )
-            for table in tables:
-                if "snapshot_id" in table.columns:
-                    table.data["snapshot_id"] = [sid] * len(table)
-                    self.insert(table)
-                elif table.name == "blobs":
-                    self._insert_new_blobs(table)
+            staged = self.con.execute(
+                "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+                "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name").fetchall()
+            for name, columns in staged:
+                cols = ", ".join(columns)
+                if "snapshot_id" in self._column_types(name):
+                    self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
+                elif name == "blobs":
+                    self.con.execute(
+                        "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
+                        "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash")
                 else:
-                    self.insert(table)  # folder-keyed rows: the ingest sends only folders the catalog lacked
+                    self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
             self._update_snapshot_totals(sid)
         return sid
 
@@ -263,20 +316,10 @@ class Catalog:
             [sid],
         )
 
-    def _insert_new_blobs(self, table: Table) -> None:
-        known = self.known_blobs(table.data["hash"])
-        fresh = Table(table.name, table.columns)
-        seen: set[str] = set()
-        for i, digest in enumerate(table.data["hash"]):
-            if digest not in known and digest not in seen:
-                seen.add(digest)
-                fresh.add(**{c: table.data[c][i] for c in table.columns})
-        self.insert(fresh)
-
     def _snapshot_tables(self) -> list[str]:
         rows = self.con.execute(
             "SELECT DISTINCT table_name FROM information_schema.columns "
-            "WHERE column_name = 'snapshot_id' AND table_name <> 'snapshots' "
+            "WHERE column_name = 'snapshot_id' AND table_name <> 'snapshots' AND table_catalog = current_database() "
             "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
         ).fetchall()
         return sorted(r[0] for r in rows)
@@ -294,7 +337,7 @@ class Catalog:
         """Tables keyed by folder content (everything with a folder_digest column except snapshot_folders)."""
         rows = self.con.execute(
             "SELECT DISTINCT table_name FROM information_schema.columns "
-            "WHERE column_name = 'folder_digest' AND table_name <> 'snapshot_folders' "
+            "WHERE column_name = 'folder_digest' AND table_name <> 'snapshot_folders' AND table_catalog = current_database() "
             "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
         ).fetchall()
         return sorted(r[0] for r in rows)

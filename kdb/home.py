@@ -32,6 +32,11 @@ class Home:
         return self.root / CATALOG_NAME
 
     @property
+    def staging_path(self) -> Path:
+        """Scratch database of the running ingest (one at a time: ingest holds the write lock)."""
+        return self.root / "tmp" / "ingest-staging.duckdb"
+
+    @property
     def lock_path(self) -> Path:
         return self.root / LOCK_NAME
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from kdb import __version__
-from kdb.analysis import ANALYSIS_TABLES, FolderAnalysis, FolderFile, analyze_folder
-from kdb.catalog import Catalog, Table
+from kdb.analysis import ANALYSIS_TABLES, TABLE_COLUMNS, FolderAnalysis, FolderFile, analyze_folder
+from kdb.catalog import Catalog, Staging, Table
 from kdb.errors import InputError, TagError, UsageError
 from kdb.home import Home
 from kdb.lock import write_lock
 from kdb.store import STREAM_THRESHOLD, BlobStore, hash_bytes
-from kdb.walker import WalkedFile, kernel_json, walk_cache
+from kdb.walker import Walk, WalkedFile, kernel_json, walk_cache
 
 # Real Triton artifacts are at most a few MB; a file this large is not one of them.
 DEFAULT_MAX_FILE_BYTES = 1 << 30
@@ -45,6 +45,14 @@ KERNEL_COLUMNS = [
     "hash", "metadata",
 ]
 PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
+# Rows an ingest stages (kdb/catalog.py Staging) before one transaction moves them into the catalog.
+STAGED_COLUMNS: dict[str, list[str]] = {
+    "blobs": BLOB_COLUMNS, "folders": FOLDER_COLUMNS, "folder_files": FOLDER_FILE_COLUMNS,
+    "snapshot_folders": SNAPSHOT_FOLDER_COLUMNS, "top_files": TOP_FILE_COLUMNS, "kernel_folders": KERNEL_COLUMNS,
+    "file_problems": PROBLEM_COLUMNS, **TABLE_COLUMNS,
+}
+# Rows held in memory before they are spilled to the staging file.
+FLUSH_ROWS = 50_000
 
 ProgressFn = Callable[[int, int], None]  # (files done, bytes done)
 
@@ -216,78 +224,90 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
     if not any(analyze for _, _, analyze in groups):
         raise InputError(f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)")
     workers = workers or os.cpu_count() or 1
-    total_files = len(walk.files)
-    total_bytes = sum(f.size for f in walk.files)
 
     with write_lock(home.lock_path, lock_wait_s):
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
             known = catalog.known_folders([key for key, _, _ in groups if key is not None])
+            schema = catalog.staging_schema(STAGED_COLUMNS)
         home.store.ensure()
-
-        blobs = Table("blobs", BLOB_COLUMNS)
-        folders = Table("folders", FOLDER_COLUMNS)
-        folder_files = Table("folder_files", FOLDER_FILE_COLUMNS)
-        snapshot_folders = Table("snapshot_folders", SNAPSHOT_FOLDER_COLUMNS)
-        top_files = Table("top_files", TOP_FILE_COLUMNS)
-        kernels = Table("kernel_folders", KERNEL_COLUMNS)
-        problems = Table("file_problems", PROBLEM_COLUMNS)
-        analysis_tables: dict[str, list[dict[str, Any]]] = {}
-        for p in walk.problems:
-            problems.add(path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None, stage="walk", reason=p.reason)
-        new_bytes = raw_bytes = file_count = 0
-        done_files = done_bytes = 0
-        for result in _run_groups(home.store.root, groups, max_file_bytes, workers, known):
-            for row in result.blobs:
-                blobs.add(**row)
-            for path, key, stage, reason in result.problems:
-                problems.add(path=path, cache_key=key, stage=stage, reason=reason)
-            if result.cache_key is None:
-                for row in result.files:
-                    top_files.add(path=row["name"], **{k: row[k] for k in ("hash", "size", "kind")})
-            elif result.files:
-                snapshot_folders.add(cache_key=result.cache_key, folder_digest=result.folder_digest)
-                if not result.known:
-                    folders.add(folder_digest=result.folder_digest, cache_key=result.cache_key,
-                                file_count=len(result.files), bytes=result.bytes_read)
-                    for row in result.files:
-                        folder_files.add(folder_digest=result.folder_digest, **row)
-            if result.analysis is not None and result.analysis.kernel is not None:
-                kernels.add(**result.analysis.kernel)
-                for table, rows in result.analysis.rows.items():
-                    analysis_tables.setdefault(table, []).extend(rows)
-            new_bytes += result.new_bytes
-            raw_bytes += result.bytes_read
-            file_count += len(result.files)
-            done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
-            done_bytes += result.bytes_read
-            if progress:
-                progress(done_files, total_files, done_bytes, total_bytes)
-
-        snapshot = {
-            "tag": tag,
-            "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
-            "source_path": str(source.resolve()),
-            "host": socket.gethostname(),
-            "kdb_version": __version__,
-            "file_count": file_count,
-            "raw_bytes": raw_bytes,
-            "new_bytes": new_bytes,
-            "labels": labels or {},
-        }
-        tables = [blobs, folders, folder_files, snapshot_folders, top_files, kernels, problems,
-                  *analysis_rows_to_tables(analysis_tables)]
-        home.store.durable()
-        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
-            catalog.write_snapshot(snapshot, tables, replace=replace)
-            stored = catalog.get_snapshot(tag)
-            problem_list = catalog.snapshot_problems(tag)
+        staging = Staging(home.staging_path, schema)
+        try:
+            totals = _store_and_stage(home, staging, walk, groups, known, workers, max_file_bytes, progress)
+            staging.close()
+            home.store.durable()
+            snapshot = {
+                "tag": tag,
+                "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
+                "source_path": str(source.resolve()),
+                "host": socket.gethostname(),
+                "kdb_version": __version__,
+                "labels": labels or {},
+                **totals,
+            }
+            with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+                catalog.write_snapshot(snapshot, staging.path, replace=replace)
+                recorded = catalog.get_snapshot(tag)
+                problem_list = catalog.snapshot_problems(tag)
+        finally:
+            staging.remove()
     return IngestSummary(
-        tag=tag, source=str(source), kernels=stored["kernel_count"], files=file_count, raw_bytes=raw_bytes,
-        new_bytes=new_bytes, stored_bytes=stored["stored_bytes"], problems=len(problem_list),
-        seconds=time.monotonic() - started, problem_list=problem_list,
+        tag=tag, source=str(source), kernels=recorded["kernel_count"], files=totals["file_count"],
+        raw_bytes=totals["raw_bytes"], new_bytes=totals["new_bytes"], stored_bytes=recorded["stored_bytes"],
+        problems=len(problem_list), seconds=time.monotonic() - started, problem_list=problem_list,
     )
+
+
+def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tuple[str | None, list[WalkedFile], bool]],
+                     known: dict[str, frozenset[str]], workers: int, max_file_bytes: int,
+                     progress: Callable[[int, int, int, int], None] | None) -> dict[str, int]:
+    """Store every file and stage every row; return the snapshot's file count and byte totals."""
+    tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
+    for p in walk.problems:
+        tables["file_problems"].add(path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None,
+                                    stage="walk", reason=p.reason)
+    total_files = len(walk.files)
+    total_bytes = sum(f.size for f in walk.files)
+    totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
+    done_files = 0
+    for result in _run_groups(home.store.root, groups, max_file_bytes, workers, known):
+        for row in result.blobs:
+            tables["blobs"].add(**row)
+        for path, key, stage, reason in result.problems:
+            tables["file_problems"].add(path=path, cache_key=key, stage=stage, reason=reason)
+        if result.cache_key is None:
+            for row in result.files:
+                tables["top_files"].add(path=row["name"], hash=row["hash"], size=row["size"], kind=row["kind"])
+        elif result.files:
+            tables["snapshot_folders"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
+            if not result.known:
+                tables["folders"].add(folder_digest=result.folder_digest, cache_key=result.cache_key,
+                                      file_count=len(result.files), bytes=result.bytes_read)
+                for row in result.files:
+                    tables["folder_files"].add(folder_digest=result.folder_digest, **row)
+        if result.analysis is not None and result.analysis.kernel is not None:
+            tables["kernel_folders"].add(**result.analysis.kernel)
+            for name, rows in result.analysis.rows.items():
+                for row in rows:
+                    tables[name].add(**row)
+        totals["new_bytes"] += result.new_bytes
+        totals["raw_bytes"] += result.bytes_read
+        totals["file_count"] += len(result.files)
+        done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
+        if progress:
+            progress(done_files, total_files, totals["raw_bytes"], total_bytes)
+        if sum(len(t) for t in tables.values()) >= FLUSH_ROWS:
+            _flush(staging, tables)
+    _flush(staging, tables)
+    return totals
+
+
+def _flush(staging: Staging, tables: dict[str, Table]) -> None:
+    for table in tables.values():
+        if len(table):
+            staging.add(table)
+            table.clear()
 
 
 def analysis_rows_to_tables(rows_by_table: dict[str, list[dict[str, Any]]]) -> list[Table]:

@@ -46,6 +46,11 @@ def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
             elif name not in keep:
                 freed += store.remove(path)
                 deleted += 1
+        # the staging database a killed ingest left behind (no ingest runs: we hold the write lock)
+        for leftover in (home.staging_path, Path(str(home.staging_path) + ".wal")):
+            if leftover.exists():
+                freed += store.remove(leftover)
+                temps += 1
         return GcResult(deleted, freed, temps)
 
 
