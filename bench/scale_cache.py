@@ -24,11 +24,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import random
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
+
+if TYPE_CHECKING:
+    from kdb.store import BlobStore
 
 CATALOG_NAME = "catalog.duckdb"
 OBJECTS_DIR = "objects"
@@ -41,7 +45,7 @@ class Home:
         return self.root / LOCK_NAME
 
     @property
-    def store(self) -> "BlobStore":
+    def store(self) -> BlobStore:
         from kdb.store import BlobStore
 
         return BlobStore(self.root / OBJECTS_DIR)

@@ -54,7 +54,6 @@ STAGED_COLUMNS: dict[str, list[str]] = {
 # Rows held in memory before they are spilled to the staging file.
 FLUSH_ROWS = 50_000
 
-ProgressFn = Callable[[int, int], None]  # (files done, bytes done)
 
 
 @dataclass
