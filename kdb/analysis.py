@@ -96,7 +96,15 @@ def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str
     }
 
 
-def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, files: list[FolderFile]) -> FolderAnalysis:
+@dataclass(frozen=True)
+class AnalysisOptions:
+    # nvdisasm costs ~0.25 s of CPU per cubin, more than the rest of an NVIDIA kernel's analysis; the
+    # PTX mix is always recorded, so SASS can be skipped (`kdb ingest --no-sass`) on large caches.
+    sass: bool = True
+
+
+def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, files: list[FolderFile],
+                   options: AnalysisOptions = AnalysisOptions()) -> FolderAnalysis:
     """Rows for one kernel folder; problems are (path relative to the cache, stage, reason)."""
     out = FolderAnalysis()
     try:
@@ -110,7 +118,7 @@ def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, fi
                       "triton_version_source": "folder-name" if family else None}
     else:
         out.kernel = kernel_row(cache_key, folder_digest, meta)
-        analyze_kernel(out, folder_digest, meta, files)
+        analyze_kernel(out, folder_digest, meta, files, options)
     prefix = cache_key + "/"
     for path, stage, reason in out.problems:
         out.add("analysis_problems", folder_digest=folder_digest, name=path[len(prefix):] if path.startswith(prefix) else path,
@@ -131,13 +139,14 @@ def _first(files: list[FolderFile], kind: str, name: str) -> FolderFile | None:
     return of_kind[0] if of_kind else None
 
 
-def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, files: list[FolderFile],
+                   options: AnalysisOptions = AnalysisOptions()) -> None:
     row: dict[str, Any] = {"folder_digest": folder_digest}
     _ir_facts(out, row, meta, files)
     if meta.backend == "hip" or _first(files, "hsaco", meta.name):
         _amd(out, row, folder_digest, meta, files)
     elif meta.backend == "cuda" or _first(files, "cubin", meta.name):
-        _nvidia(out, row, folder_digest, meta, files)
+        _nvidia(out, row, folder_digest, meta, files, options.sass)
     out.add("kernel_analysis", **row)
 
 
@@ -259,7 +268,8 @@ def _descriptor(kernel: Any) -> dict[str, Any]:
     return {n: getattr(kernel, n, None) for n in names}
 
 
-def _nvidia(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:
+def _nvidia(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile],
+            sass: bool) -> None:
     from kdb import nv_occupancy, nvtools
     from kdb.parsers.cubin import parse_cubin
     from kdb.parsers.ptx import parse_ptx
@@ -311,7 +321,7 @@ def _nvidia(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: 
             row.update(instr_source="ptx", instr_count=fn.total)
         except ParseError as exc:
             _problem(out, ptx_file, "ptx", str(exc))
-    if cubin_file is not None and kernel is not None:
+    if sass and cubin_file is not None and kernel is not None:
         try:
             sass = nvtools.sass_by_kernel(cubin_file.data)
         except ParseError as exc:

@@ -69,9 +69,11 @@ def ingest(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="worker processes (default: all cores)")] = 0,
     max_file_size: Annotated[int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")] = 1 << 30,
+    sass: Annotated[bool, typer.Option("--sass/--no-sass", help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)")] = True,
     fmt: FormatOpt = "table",
 ) -> None:
     """Snapshot a whole Triton cache into the store and catalog."""
+    from kdb.analysis import AnalysisOptions
     from kdb.ingest import ingest as run_ingest
     from kdb.ingest import parse_labels
 
@@ -85,10 +87,11 @@ def ingest(
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
 
             summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                                 max_file_bytes=max_file_size, progress=on_progress, lock_wait_s=state.wait)
+                                 max_file_bytes=max_file_size, progress=on_progress, lock_wait_s=state.wait,
+                                 options=AnalysisOptions(sass=sass))
     else:
         summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                             max_file_bytes=max_file_size, lock_wait_s=state.wait)
+                             max_file_bytes=max_file_size, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass))
     if fmt == "json":
         _out(render.to_json(summary.__dict__))
     elif not quiet:

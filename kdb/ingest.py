@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kdb import __version__
-from kdb.analysis import ANALYSIS_TABLES, TABLE_COLUMNS, FolderAnalysis, FolderFile, analyze_folder
+from kdb.analysis import ANALYSIS_TABLES, TABLE_COLUMNS, AnalysisOptions, FolderAnalysis, FolderFile, analyze_folder
 from kdb.catalog import Catalog, Staging, Table
 from kdb.errors import InputError, TagError, UsageError
 from kdb.home import Home
@@ -92,7 +92,7 @@ class IngestSummary:
 
 
 def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile], max_bytes: int,
-                 analyze: bool, known: frozenset[str]) -> GroupResult:
+                 analyze: bool, known: frozenset[str], options: AnalysisOptions) -> GroupResult:
     """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store and analyse it."""
     store = BlobStore(Path(store_root))
     out = GroupResult(cache_key)
@@ -136,7 +136,7 @@ def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile]
         json_file = kernel_json(files)
         json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
         if json_contents is not None:
-            out.analysis = analyze_folder(cache_key, out.folder_digest, json_contents, contents)
+            out.analysis = analyze_folder(cache_key, out.folder_digest, json_contents, contents, options)
     return out
 
 
@@ -177,11 +177,11 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile], bool]], max_bytes: int,
-                workers: int, known: dict[str, frozenset[str]]) -> Iterator[GroupResult]:
+                workers: int, known: dict[str, frozenset[str]], options: AnalysisOptions) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
         for key, files, analyze in groups:
-            yield _store_group(str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()))
+            yield _store_group(str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()), options)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
@@ -190,7 +190,7 @@ def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile
         pending: deque[Future[GroupResult]] = deque()
         for key, files, analyze in groups:
             pending.append(pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze,
-                                       known.get(key, frozenset())))
+                                       known.get(key, frozenset()), options))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
@@ -215,7 +215,8 @@ def parse_labels(pairs: list[str]) -> dict[str, str]:
 
 def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None = None, replace: bool = False,
            workers: int | None = None, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-           progress: Callable[[int, int, int, int], None] | None = None, lock_wait_s: float = 600.0) -> IngestSummary:
+           progress: Callable[[int, int, int, int], None] | None = None, lock_wait_s: float = 600.0,
+           options: AnalysisOptions = AnalysisOptions()) -> IngestSummary:
     validate_tag(tag)
     started = time.monotonic()
     walk = walk_cache(source)
@@ -233,7 +234,7 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
         home.store.ensure()
         staging = Staging(home.staging_path, schema)
         try:
-            totals = _store_and_stage(home, staging, walk, groups, known, workers, max_file_bytes, progress)
+            totals = _store_and_stage(home, staging, walk, groups, known, workers, max_file_bytes, progress, options)
             staging.close()
             home.store.durable()
             snapshot = {
@@ -260,7 +261,7 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
 
 def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tuple[str | None, list[WalkedFile], bool]],
                      known: dict[str, frozenset[str]], workers: int, max_file_bytes: int,
-                     progress: Callable[[int, int, int, int], None] | None) -> dict[str, int]:
+                     progress: Callable[[int, int, int, int], None] | None, options: AnalysisOptions) -> dict[str, int]:
     """Store every file and stage every row; return the snapshot's file count and byte totals."""
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
     for p in walk.problems:
@@ -270,7 +271,7 @@ def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tupl
     total_bytes = sum(f.size for f in walk.files)
     totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
     done_files = 0
-    for result in _run_groups(home.store.root, groups, max_file_bytes, workers, known):
+    for result in _run_groups(home.store.root, groups, max_file_bytes, workers, known, options):
         for row in result.blobs:
             tables["blobs"].add(**row)
         for path, key, stage, reason in result.problems:

@@ -196,3 +196,22 @@ def test_sql_formats(ingested, capsys):
     assert [f"{r['kind']},{r['n']}" for r in as_json] == as_csv[1:]
     bad = kdb(capsys, home, "sql", "SELEC nonsense")
     assert bad.code == ExitCode.USAGE and bad.err.startswith("kdb: error: SQL error")
+
+
+def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, capsys):
+    from kdb.nvtools import find_tool
+
+    n = corpus_manifest["snapshots"]["t3.6.0-sm80"]["kernel_count"]
+    cache = unpack_snapshot("t3.6.0-sm80")
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "plain", "-q", "--no-sass").code == 0
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "full", "-q", "--replace").code == 0  # known folders: reused
+    q = "SELECT tag, instr_source, count(*) AS n, bool_and(instr_count = ptx_instr_count) AS same FROM kernels GROUP BY ALL ORDER BY tag"
+    rows = kdb(capsys, home, "sql", q, "--format", "json").json()
+    assert rows == [{"tag": "full", "instr_source": "ptx", "n": n, "same": True},
+                    {"tag": "plain", "instr_source": "ptx", "n": n, "same": True}]
+    # a fresh home with the default records SASS wherever nvdisasm exists
+    other = tmp_path / "other"
+    assert kdb(capsys, other, "ingest", str(cache), "--tag", "full", "-q").code == 0
+    rows = kdb(capsys, other, "sql", "SELECT DISTINCT instr_source AS s FROM kernels", "--format", "json").json()
+    assert rows == [{"s": "sass" if find_tool("nvdisasm") else "ptx"}]
