@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     arch_size = archive.stat().st_size
 
     first = run("kdb ingest A (first)", kdb + ["ingest", str(a_dir), "--tag", "a0", "-q"], env)
+    nosass = run("kdb ingest A --no-sass (first, other home)",
+                 kdb + ["--home", str(work / "home-nosass"), "ingest", str(a_dir), "--tag", "a0", "-q", "--no-sass"], env)
     s1, s1_alloc = store_bytes(home)
     re = run("kdb ingest A (re-ingest)", kdb + ["ingest", str(a_dir), "--tag", "a1", "-q"], env)
     s2, _ = store_bytes(home)
@@ -175,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     print(q.stdout)
     startup = run("kdb --version (startup)", kdb + ["--version"], env)
 
-    ingests = [first, re, chg, *fills]
+    ingests = [first, nosass, re, chg, *fills]
     peak_ingest = max(r.tree_pss for r in ingests)
     rows = [
         ("first ingest time", f"{first.seconds:.1f} s vs {base.seconds:.1f} s", first.seconds / base.seconds, "≤ 1.5×"),
+        ("first ingest --no-sass", f"{nosass.seconds:.1f} s vs {base.seconds:.1f} s", nosass.seconds / base.seconds, "≤ 1.5×"),
         ("store size (objects+catalog)", f"{s1 / MB:.0f} MB vs {arch_size / MB:.0f} MB", s1 / arch_size, "≤ 1.0×"),
         ("re-ingest time", f"{re.seconds:.1f} s vs {first.seconds:.1f} s", re.seconds / first.seconds, "≤ 0.1×"),
         ("re-ingest store growth", f"+{(s2 - s1) / MB:.1f} MB", (s2 - s1) / s1, "< 1%"),
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## Results: {args.kernels} kernels, cache {raw / MB:.0f} MB / {nfiles} files, {os.cpu_count()} CPUs\n")
     print("| measure | kdb vs baseline | ratio (diff/query/memory: × target) | target | met |")
     print("|---|---|---|---|---|")
-    limits = [1.5, 1.0, 0.1, 0.01, None, None, 1.0, 1.0, 1.0]
+    limits = [1.5, 1.5, 1.0, 0.1, 0.01, None, None, 1.0, 1.0, 1.0]
     for (name, fig, ratio, target), lim in zip(rows, limits):
         ok = "—" if lim is None else ("yes" if ratio <= lim else "**no**")
         shown = f"{ratio * 100:.2f}%" if "growth" in name else f"{ratio:.2f}×"
