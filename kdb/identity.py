@@ -29,6 +29,7 @@ import re
 from typing import Any
 
 from kdb.errors import ParseError
+from kdb.parsers.mlir_text import matching_paren, split_top
 from kdb.parsers.triton_json import KernelMeta
 
 IDENTITY_VERSION = 1
@@ -128,53 +129,11 @@ _TRAILING_LOC = re.compile(r"\bloc\((.*)\)\s*$")
 MAX_LOC_DEPTH = 64
 
 
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on `sep` where not nested in (), [], <>, {} or a string."""
-    out, depth, start, i, in_str = [], 0, 0, 0, False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        elif depth == 0 and text.startswith(sep, i):
-            out.append(text[start:i])
-            i += len(sep)
-            start = i
-            continue
-        i += 1
-    out.append(text[start:])
-    return out
-
-
 def _matching_paren(text: str, open_at: int) -> int:
-    depth, i, in_str = 0, open_at, False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise ParseError("TTIR: unbalanced parentheses")
+    close = matching_paren(text, open_at)
+    if close is None:
+        raise ParseError("TTIR: unbalanced parentheses")
+    return close
 
 
 class _Locs:
@@ -197,7 +156,7 @@ class _Locs:
             return []
         if body.startswith("callsite("):
             inner = body[len("callsite("): _matching_paren(body, len("callsite"))]
-            parts = _split_top(inner, " at ")
+            parts = split_top(inner, " at ")
             if len(parts) != 2:
                 raise ParseError("TTIR: malformed callsite location")
             # The caller (B in `callsite(A at B)`) is where the kernel's own code is.
@@ -208,7 +167,7 @@ class _Locs:
                 return []
             end = body.rfind("]")
             out: list[tuple[str, int]] = []
-            for piece in _split_top(body[start + 1:end], ","):
+            for piece in split_top(body[start + 1:end], ","):
                 out += self.resolve(piece, depth + 1)
             return out
         m = _FILE_LOC.match(body)
@@ -238,7 +197,7 @@ def _parse_args(arg_text: str) -> list[dict[str, Any]]:
     args = []
     if not arg_text.strip():
         return args
-    for piece in _split_top(arg_text, ","):
+    for piece in split_top(arg_text, ","):
         piece = piece.strip()
         m = re.match(r"^(%[\w$.-]+)\s*:\s*", piece)
         if not m:
@@ -254,7 +213,7 @@ def _parse_args(arg_text: str) -> list[dict[str, Any]]:
         if brace >= 0 and rest.endswith("}"):
             attr_text = rest[brace + 1:-1]
             rest = rest[:brace].strip()
-            for item in _split_top(attr_text, ","):
+            for item in split_top(attr_text, ","):
                 key, sep, value = item.partition("=")
                 key = key.strip()
                 if key.startswith("tt."):

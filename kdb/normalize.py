@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from kdb.parsers.mlir_text import matching_paren
+
 _QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
 
 
@@ -26,24 +28,8 @@ def _strip_locs(line: str) -> str:
             i = j + 4
             continue
         out.append(line[i:j])
-        depth, k, in_str = 0, j + 3, False
-        while k < len(line):
-            c = line[k]
-            if in_str:
-                if c == "\\":
-                    k += 1
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c == "(":
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            k += 1
-        i = k + 1
+        close = matching_paren(line, j + 3)
+        i = (len(line) if close is None else close) + 1
     return re.sub(r"\s+(?=[,)]|$)", "", "".join(out))
 
 
