@@ -316,13 +316,18 @@ class Catalog:
             [sid],
         )
 
-    def _snapshot_tables(self) -> list[str]:
+    def _tables_with(self, column: str, besides: str) -> list[str]:
+        """Base tables holding `column` (other than `besides`): how rm and gc find every row to drop."""
         rows = self.con.execute(
             "SELECT DISTINCT table_name FROM information_schema.columns "
-            "WHERE column_name = 'snapshot_id' AND table_name <> 'snapshots' AND table_catalog = current_database() "
-            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
+            "WHERE column_name = ? AND table_name <> ? AND table_catalog = current_database() "
+            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')",
+            [column, besides],
         ).fetchall()
         return sorted(r[0] for r in rows)
+
+    def _snapshot_tables(self) -> list[str]:
+        return self._tables_with("snapshot_id", "snapshots")
 
     def _delete_snapshot_rows(self, sid: int) -> None:
         for table in self._snapshot_tables():
@@ -335,12 +340,7 @@ class Catalog:
 
     def _folder_tables(self) -> list[str]:
         """Tables keyed by folder content (everything with a folder_digest column except snapshot_folders)."""
-        rows = self.con.execute(
-            "SELECT DISTINCT table_name FROM information_schema.columns "
-            "WHERE column_name = 'folder_digest' AND table_name <> 'snapshot_folders' AND table_catalog = current_database() "
-            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')"
-        ).fetchall()
-        return sorted(r[0] for r in rows)
+        return self._tables_with("folder_digest", "snapshot_folders")
 
     def replace_folder_rows(self, digests: Sequence[str], tables: Sequence[Table]) -> None:
         """Swap the derived rows of these folders (kernel JSON rows and analysis) in one transaction."""
