@@ -208,7 +208,7 @@ class Side:
     label: str
     home: Home
     kernels: list[dict[str, Any]]
-    mix: dict[str, list[dict[str, Any]]]
+    mix: dict[str, list[tuple[str, str, int]]]  # cache_key -> [(mnemonic, group, count)]
     files: dict[str, list[dict[str, Any]]]
 
     def stage_file(self, cache_key: str, stage: str) -> dict[str, Any] | None:
@@ -236,29 +236,33 @@ class Side:
 def _load_side(home: Home, tag: str, label: str, wait_s: float) -> Side:
     with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
         kernels = catalog.diff_kernels(tag)
-        mix: dict[str, list[dict[str, Any]]] = {}
-        for row in catalog.diff_instr_mix(tag):
-            mix.setdefault(row["cache_key"], []).append(row)
+        mix = catalog.diff_instr_mix(tag)
         files: dict[str, list[dict[str, Any]]] = {}
         for row in catalog.diff_kernel_files(tag):
             files.setdefault(row["cache_key"], []).append(row)
     side = Side(label, home, kernels, mix, files)
     for k in kernels:
-        for col in ("identity_parts", "co_metadata", "triton_metadata", "descriptor", "kernel_info"):
-            if isinstance(k.get(col), str):
-                try:
-                    k[col] = json.loads(k[col])
-                except ValueError:
-                    pass
+        _doc(k, "identity_parts")  # needed for matching; the other JSON columns are decoded when used
         if k.get("identity") is None:
             _fill_identity(side, k)
     return side
 
 
+def _doc(k: dict[str, Any], col: str) -> Any:
+    """A JSON column of a kernel row, decoded on first use (most pairs never need their documents)."""
+    value = k.get(col)
+    if isinstance(value, str):
+        try:
+            k[col] = value = json.loads(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _fill_identity(side: Side, k: dict[str, Any]) -> None:
     """Catalogs ingested before identities were recorded: rebuild the identity from the stored TTIR."""
     ttir = side.raw_text(k["cache_key"], "ttir")
-    meta_doc = k.get("triton_metadata")
+    meta_doc = _doc(k, "triton_metadata")
     if ttir is None or not isinstance(meta_doc, dict):
         return
     try:
@@ -322,7 +326,7 @@ def first_changed_stage(sa: Side, a: dict[str, Any], sb: Side, b: dict[str, Any]
             continue
         if ta != tb:
             return stage
-    if _metadata_view(a.get("triton_metadata")) != _metadata_view(b.get("triton_metadata")):
+    if _metadata_view(_doc(a, "triton_metadata")) != _metadata_view(_doc(b, "triton_metadata")):
         return "metadata"
     return None
 
@@ -431,15 +435,15 @@ def _delta(a: Any, b: Any) -> Any:
     return None
 
 
-def _mix_tables(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> tuple[dict, dict]:
+def _mix_tables(rows_a: list[tuple[str, str, int]], rows_b: list[tuple[str, str, int]]) -> tuple[dict, dict]:
     groups: dict[str, dict[str, int]] = {}
     mnems: dict[str, dict[str, int]] = {}
     for side, rows in (("a", rows_a), ("b", rows_b)):
-        for r in rows:
-            g = groups.setdefault(r["grp"], {"a": 0, "b": 0})
-            g[side] += r["count"]
-            m = mnems.setdefault(r["mnemonic"], {"a": 0, "b": 0})
-            m[side] += r["count"]
+        for mnemonic, grp, count in rows:
+            g = groups.setdefault(grp, {"a": 0, "b": 0})
+            g[side] += count
+            m = mnems.setdefault(mnemonic, {"a": 0, "b": 0})
+            m[side] += count
     for table in (groups, mnems):
         for v in table.values():
             v["delta"] = v["b"] - v["a"]
@@ -616,13 +620,13 @@ def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[Ker
     views = []
     for kd in chosen:
         a, b = kd.a or {}, kd.b or {}
-        mix_a = {r["mnemonic"]: r for r in sa.mix.get(a.get("cache_key"), [])} if a else {}
-        mix_b = {r["mnemonic"]: r for r in sb.mix.get(b.get("cache_key"), [])} if b else {}
+        mix_a = {m: (g, c) for m, g, c in sa.mix.get(a.get("cache_key"), [])} if a else {}
+        mix_b = {m: (g, c) for m, g, c in sb.mix.get(b.get("cache_key"), [])} if b else {}
         rows = []
         for mn in sorted(set(mix_a) | set(mix_b)):
-            ca = mix_a[mn]["count"] if mn in mix_a else 0
-            cb = mix_b[mn]["count"] if mn in mix_b else 0
-            grp = (mix_a.get(mn) or mix_b.get(mn))["grp"]
+            ca = mix_a[mn][1] if mn in mix_a else 0
+            cb = mix_b[mn][1] if mn in mix_b else 0
+            grp = (mix_a.get(mn) or mix_b.get(mn))[0]
             rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
@@ -635,8 +639,8 @@ def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[Ker
             isa += "\n"
         views.append(KernelDeepView(
             kernel=kd,
-            triton_json_diff=_deepdiff(a.get("triton_metadata"), b.get("triton_metadata")),
-            co_metadata_diff=_deepdiff(a.get("co_metadata"), b.get("co_metadata")),
+            triton_json_diff=_deepdiff(_doc(a, "triton_metadata"), _doc(b, "triton_metadata")),
+            co_metadata_diff=_deepdiff(_doc(a, "co_metadata"), _doc(b, "co_metadata")),
             mix_rows=rows, isa_diff=isa, isa_kind=kind_a or kind_b,
         ))
     return views
