@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdb.errors import KdbError, ParseError
-from kdb.normalize import STAGE_KINDS, stage_digest
+from kdb.normalize import STAGE_KINDS, metadata_digest, stage_digest
 from kdb.parsers.triton_json import KernelMeta, parse_kernel_json, release_family
 
 
@@ -40,7 +40,7 @@ ANALYSIS_COLUMNS = [
     "occupancy_unit", "vgpr_headroom", "asm_occupancy", "kernel_info", "instr_source", "instr_count", "spill_count",
     "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
     "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
-    "identity_any_target", "identity_parts", "ttir_digest", "ttgir_digest", "llir_digest", "isa_digest",
+    "identity_any_target", "identity_parts", "identity_options", "ttir_digest", "ttgir_digest", "llir_digest", "isa_digest",
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
@@ -93,6 +93,7 @@ def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str
         "triton_version_source": source if version is not None else None,
         "hash": meta.hash,
         "metadata": json.dumps(meta.raw, sort_keys=True),
+        "metadata_digest": metadata_digest(meta.raw),
     }
 
 
@@ -180,7 +181,8 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
         ident = None
     if ident is not None:
         row.update(identity=ident["identity"], identity_any_target=ident["identity_any_target"],
-                   identity_parts=json.dumps(ident["parts"], sort_keys=True))
+                   identity_parts=json.dumps(ident["parts"], sort_keys=True),
+                   identity_options=json.dumps(ident["parts"].get("options") or {}, sort_keys=True))
 
 
 def _amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile]) -> None:

@@ -474,8 +474,8 @@ class Catalog:
         sid = self.require_snapshot(tag)
         return self._dicts(
             """
-            SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source,
-                   a.identity_parts, a.co_metadata, a.descriptor, a.kernel_info,
+            SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source, kf.metadata_digest,
+                   a.identity_parts, a.identity_options, a.co_metadata, a.descriptor, a.kernel_info,
                    a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)

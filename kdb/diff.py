@@ -36,7 +36,7 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
-from kdb.normalize import normalise_stage
+from kdb.normalize import metadata_view, normalise_stage
 from kdb.identity import (
     _UNKNOWN,
     TUNING_OPTIONS,
@@ -242,7 +242,6 @@ def _load_side(home: Home, tag: str, label: str, wait_s: float) -> Side:
             files.setdefault(row["cache_key"], []).append(row)
     side = Side(label, home, kernels, mix, files)
     for k in kernels:
-        _doc(k, "identity_parts")  # needed for matching; the other JSON columns are decoded when used
         if k.get("identity") is None:
             _fill_identity(side, k)
     return side
@@ -295,15 +294,6 @@ def open_side(home: Home, ref: str, wait_s: float = 600.0) -> Iterator[Side]:
         yield _load_side(temp_home, tag, str(path), wait_s)
 
 
-_VOLATILE_META = {"hash", "triton_version", "extern_libs", "name"}
-
-
-def _metadata_view(doc: Any) -> Any:
-    if not isinstance(doc, dict):
-        return doc
-    return {k: v for k, v in doc.items() if k not in _VOLATILE_META}
-
-
 @functools.lru_cache(maxsize=4096)
 def _normalised_blob(store: Any, digest: str, size: int, kind: str) -> str:
     """Normalising is the expensive part of a diff; a blob shared by many kernels is normalised once."""
@@ -326,14 +316,19 @@ def first_changed_stage(sa: Side, a: dict[str, Any], sb: Side, b: dict[str, Any]
             continue
         if ta != tb:
             return stage
-    if _metadata_view(_doc(a, "triton_metadata")) != _metadata_view(_doc(b, "triton_metadata")):
+    da, db = a.get("metadata_digest"), b.get("metadata_digest")
+    if da is not None and db is not None:
+        return "metadata" if da != db else None
+    if metadata_view(_doc(a, "triton_metadata")) != metadata_view(_doc(b, "triton_metadata")):
         return "metadata"
     return None
 
 
 # -- matching -----------------------------------------------------------------------------------------
 def _options(k: dict[str, Any]) -> dict[str, Any]:
-    parts = k.get("identity_parts") or {}
+    if k.get("identity_options") is not None:  # recorded at ingest: no need to decode identity_parts
+        return _doc(k, "identity_options") or {}
+    parts = _doc(k, "identity_parts") or {}
     return parts.get("options") or {}
 
 

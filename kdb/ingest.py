@@ -42,7 +42,7 @@ TOP_FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind"]
 KERNEL_COLUMNS = [
     "folder_digest", "cache_key", "name", "backend", "arch", "warp_size", "num_warps", "num_stages", "num_ctas",
     "waves_per_eu", "matrix_instr_nonkdim", "kpack", "shared", "triton_version", "triton_version_source",
-    "hash", "metadata",
+    "hash", "metadata", "metadata_digest",
 ]
 PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
 # Rows an ingest stages (kdb/catalog.py Staging) before one transaction moves them into the catalog.

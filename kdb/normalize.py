@@ -8,6 +8,7 @@ compares equal. Pure functions of text.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 from kdb.parsers.mlir_text import matching_paren
@@ -124,6 +125,21 @@ def normalise_stage(text: str, kind: str) -> str:
     if kind == "ptx":
         return _normalise_asm(text, "//")
     return text
+
+
+# Keys of Triton's JSON that change with every release or machine without the compilation changing.
+VOLATILE_METADATA = frozenset({"hash", "triton_version", "extern_libs", "name"})
+
+
+def metadata_view(doc: object) -> object:
+    if not isinstance(doc, dict):
+        return doc
+    return {k: v for k, v in doc.items() if k not in VOLATILE_METADATA}
+
+
+def metadata_digest(doc: object) -> str:
+    """SHA-256 of Triton's JSON without its volatile keys: equal digests mean the options did not change."""
+    return hashlib.sha256(json.dumps(metadata_view(doc), sort_keys=True, default=str).encode()).hexdigest()
 
 
 STAGE_KINDS = {"ttir": ("ttir",), "ttgir": ("ttgir",), "llir": ("llir",), "isa": ("amdgcn", "ptx")}

@@ -85,7 +85,8 @@ CREATE TABLE kernel_folders (
     triton_version        VARCHAR,
     triton_version_source VARCHAR,            -- 'json', or 'folder-name' when inferred from the cache-key encoding
     hash                  VARCHAR,
-    metadata              JSON                -- the whole Triton JSON, as written
+    metadata              JSON,               -- the whole Triton JSON, as written
+    metadata_digest       VARCHAR             -- SHA-256 of that JSON without hash/triton_version/extern_libs/name
 );
 
 CREATE TABLE file_problems (               -- problems met while walking and reading a cache

@@ -58,6 +58,7 @@ CREATE TABLE kernel_analysis (
     identity               VARCHAR,     -- hash of identity_parts, with the target
     identity_any_target    VARCHAR,     -- the same without the target, for --across-targets
     identity_parts         JSON,
+    identity_options       JSON,        -- identity_parts.options: what matching compares beside the identity
     -- SHA-256 of each stage's normalised text (kdb/normalize.py): `kdb diff` finds the first stage that
     -- changed by comparing these, without reading any IR
     ttir_digest            VARCHAR,
