@@ -51,3 +51,12 @@ def plant_catalog_path(home: Path, path: str) -> None:
                     "FROM folder_files ORDER BY name LIMIT 1", [path])
     finally:
         con.close()
+
+
+def duckdb_shell() -> str | None:
+    """The `duckdb` executable of the duckdb-cli package: on PATH, or beside this interpreter (a pyenv
+    shim may not exist yet right after the install)."""
+    import shutil
+
+    beside = Path(sys.executable).parent / "duckdb"
+    return shutil.which("duckdb") or (str(beside) if beside.exists() else None)

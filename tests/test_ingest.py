@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import duckdb
 import pytest
 
 from conftest import snapshot_names
-from helpers import kdb, kdb_subprocess, plant_catalog_path, tree_hashes
+from helpers import duckdb_shell, kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 from kdb.errors import ExitCode
 from kdb.home import Home
 
@@ -177,7 +176,7 @@ def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, tmp_path, capsys):
 
 def test_catalog_opens_in_duckdb_cli(ingested):
     home, _ = ingested
-    exe = shutil.which("duckdb")
+    exe = duckdb_shell()
     assert exe, "the duckdb shell (pip package duckdb-cli) is a test dependency"
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     assert version.startswith("v1.5"), version

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from helpers import kdb, kdb_subprocess
+from helpers import duckdb_shell, kdb, kdb_subprocess
 
 from kdb.errors import ExitCode
 
@@ -180,9 +179,8 @@ def test_kdb_sql_during_ingest_succeeds_or_waits(amd, tmp_path, capsys):
 
 
 def _duckdb_exe() -> str:
-    exe = shutil.which("duckdb")
-    if exe is None:
-        pytest.skip("the DuckDB shell (pip install duckdb-cli) is not installed")
+    exe = duckdb_shell()
+    assert exe, "the DuckDB shell (pip package duckdb-cli) is a test dependency: pip install -e '.[test]'"
     return exe
 
 
