@@ -50,27 +50,6 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
-# SASS opcode families (base opcode, before the first dot) -> group; the rest is 'other'.
-SASS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("matrix", ("HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA", "UTCHMMA", "UTCQMMA", "UTCIMMA")),
-    ("local", ("LDL", "STL")),
-    ("shared", ("LDS", "STS", "LDSM", "STSM", "LDGSTS", "ATOMS", "UBLKCP", "UTMALDG", "UTMASTG", "SYNCS")),
-    ("global", ("LDG", "STG", "ATOMG", "ATOM", "RED", "LD", "ST")),
-    ("barrier", ("BAR", "MEMBAR", "WARPSYNC", "DEPBAR", "ERRBAR")),
-    ("branch", ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "BREAK", "WARPGROUP")),
-    ("conversion", ("F2F", "F2I", "I2F", "I2I", "F2FP", "I2FP")),
-    ("transcendental", ("MUFU",)),
-)
-
-
-def sass_group(opcode: str) -> str:
-    base = opcode.split(".", 1)[0]
-    for group, bases in SASS_GROUPS:
-        if base in bases:
-            return group
-    return "other"
-
-
 def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str, Any]:
     version, source = meta.triton_version, "json"
     if version is None:
@@ -333,5 +312,5 @@ def _nvidia(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: 
         if counts:
             row.update(instr_source="sass", instr_count=sum(counts.values()))
             for op, count in sorted(counts.items()):
-                out.add("instr_mix_counts", folder_digest=folder_digest, source="sass", mnemonic=op, grp=sass_group(op),
+                out.add("instr_mix_counts", folder_digest=folder_digest, source="sass", mnemonic=op, grp=nvtools.sass_group(op),
                         count=count)

@@ -36,7 +36,7 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
-from kdb.normalize import metadata_view, normalise_stage
+from kdb.normalize import STAGE_KINDS, metadata_view, normalise_stage
 from kdb.identity import (
     _UNKNOWN,
     TUNING_OPTIONS,
@@ -212,8 +212,7 @@ class Side:
     files: dict[str, list[dict[str, Any]]]
 
     def stage_file(self, cache_key: str, stage: str) -> dict[str, Any] | None:
-        kinds = {"ttir": ("ttir",), "ttgir": ("ttgir",), "llir": ("llir",), "isa": ("amdgcn", "ptx")}[stage]
-        for kind in kinds:
+        for kind in STAGE_KINDS[stage]:
             for f in self.files.get(cache_key, []):
                 if f["kind"] == kind:
                     return f

@@ -70,6 +70,27 @@ def base_opcode(opcode: str) -> str:
     return opcode.split(".", 1)[0]
 
 
+# SASS opcode families (base opcode, before the first dot) -> group; the rest is 'other'.
+SASS_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("matrix", ("HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA", "UTCHMMA", "UTCQMMA", "UTCIMMA")),
+    ("local", ("LDL", "STL")),
+    ("shared", ("LDS", "STS", "LDSM", "STSM", "LDGSTS", "ATOMS", "UBLKCP", "UTMALDG", "UTMASTG", "SYNCS")),
+    ("global", ("LDG", "STG", "ATOMG", "ATOM", "RED", "LD", "ST")),
+    ("barrier", ("BAR", "MEMBAR", "WARPSYNC", "DEPBAR", "ERRBAR")),
+    ("branch", ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "BREAK", "WARPGROUP")),
+    ("conversion", ("F2F", "F2I", "I2F", "I2I", "F2FP", "I2FP")),
+    ("transcendental", ("MUFU",)),
+)
+
+
+def sass_group(opcode: str) -> str:
+    base = base_opcode(opcode)
+    for group, bases in SASS_GROUPS:
+        if base in bases:
+            return group
+    return "other"
+
+
 def parse_nvdisasm(text: str) -> dict[str, Counter[str]]:
     """Full SASS opcodes per kernel from ``nvdisasm -c`` output (predicates dropped, modifiers kept)."""
     out: dict[str, Counter[str]] = {}
