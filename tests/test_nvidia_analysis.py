@@ -358,3 +358,32 @@ def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
             mismatches.append((row["cache_key"], row["kernel"], (warps, blocks),
                                (row["warps_per_sm"], row["blocks_per_sm"])))
     assert not mismatches, f"{len(mismatches)} of {len(fixture['kernels'])} differ from the driver: {mismatches}"
+
+
+# ---- the catalog's figures, not only the parser's ------------------------------------------------------------
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_snapshot, tmp_path, capsys) -> None:
+    """What users query (`kernels` view) against cuobjdump, and local memory against the driver's own
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES where the GPU fixture measured the kernel."""
+    from helpers import kdb
+
+    cache = unpack_snapshot(snapshot)
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", snapshot, "-q", "--no-sass").code == 0
+    q = ("SELECT cache_key, name, registers, stack_bytes, static_shared, local_bytes, occupancy_unit FROM kernels")
+    rows = kdb(capsys, home, "sql", q, "--format", "json").json()
+    assert len(rows) == load_manifest()["snapshots"][snapshot]["kernel_count"]
+    fixture = _occupancy_fixture()
+    driver_local = {r["cache_key"]: r["local_bytes"] for r in (fixture or {}).get("kernels", [])
+                    if fixture and fixture["snapshot"] == snapshot}
+    for row in rows:
+        want = resource_usage(cache / row["cache_key"] / f"{row['name']}.cubin")[row["name"]]
+        assert (row["registers"], row["stack_bytes"], row["static_shared"]) == (
+            want["reg"], want["stack"], want["shared"]), row["cache_key"]
+        assert row["occupancy_unit"] == "warps/SM"
+        if row["cache_key"] in driver_local:
+            assert row["local_bytes"] == driver_local[row["cache_key"]], row["cache_key"]
+    assert not fixture or fixture["snapshot"] != snapshot or driver_local
