@@ -23,6 +23,13 @@ def snapshot_names() -> list[str]:
     return sorted(load_manifest()["snapshots"])
 
 
+def compiled_kernels(root: Path, binary_suffix: str) -> list[Path]:
+    """Code objects (`.hsaco` / `.cubin`) of an unpacked snapshot that sit beside their kernel's JSON, sorted."""
+    found = sorted(p for p in root.rglob(f"*{binary_suffix}") if (p.parent / f"{p.stem}.json").exists())
+    assert found, f"{root}: no {binary_suffix} kernels"
+    return found
+
+
 @pytest.fixture(scope="session")
 def corpus_manifest() -> dict:
     return load_manifest()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, load_manifest
+from conftest import CORPUS, compiled_kernels, load_manifest
 
 from kdb import disasm
 from kdb.errors import KdbError, ParseError
@@ -68,11 +68,7 @@ def snapshot_kernels(unpack_snapshot):
 
     def kernels(snapshot: str) -> list[Kernel]:
         if snapshot not in found:
-            root = unpack_snapshot(snapshot)
-            found[snapshot] = sorted(
-                (Kernel(p.parent, p.stem, p) for p in root.rglob("*.hsaco") if (p.parent / f"{p.stem}.json").exists()),
-                key=lambda k: str(k.hsaco_path))
-        assert found[snapshot], f"{snapshot}: no kernels"
+            found[snapshot] = [Kernel(p.parent, p.stem, p) for p in compiled_kernels(unpack_snapshot(snapshot), ".hsaco")]
         return found[snapshot]
 
     return kernels

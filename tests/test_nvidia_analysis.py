@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, load_manifest
+from conftest import CORPUS, compiled_kernels, load_manifest
 
 from kdb import nv_occupancy, nvtools
 from kdb.errors import ParseError
@@ -95,12 +95,7 @@ def snapshot_kernels(unpack_snapshot):
 
     def kernels(snapshot: str) -> list[Kernel]:
         if snapshot not in found:
-            root = unpack_snapshot(snapshot)
-            found[snapshot] = sorted(
-                (Kernel(p.parent, p.stem) for p in root.rglob("*.cubin") if (p.parent / f"{p.stem}.json").exists()),
-                key=lambda k: str(k.cubin_path),
-            )
-        assert found[snapshot], f"{snapshot}: no kernels"
+            found[snapshot] = [Kernel(p.parent, p.stem) for p in compiled_kernels(unpack_snapshot(snapshot), ".cubin")]
         return found[snapshot]
 
     return kernels
