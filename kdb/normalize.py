@@ -16,8 +16,22 @@ from kdb.parsers.mlir_text import matching_paren
 _QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
 
 
-def _strip_locs(line: str) -> str:
-    """Remove every `loc(...)` (balanced) from an MLIR line."""
+# `loc(#loc12)`: nearly every location Triton prints; anything else goes through the balanced scanner.
+_SIMPLE_LOC = re.compile(r"(?<![\w.])loc\(#[\w.$-]*\)")
+# whitespace left before `,` `)` or the end of a line once a location is gone
+_LOC_GAP = re.compile(r"[^\S\n]+(?=[,)]|$)", re.M)
+_BLANKS = re.compile(r"[^\S\n]+")
+
+
+def _strip_locs(text: str) -> str:
+    """Remove every `loc(...)` (balanced) from MLIR text."""
+    text = _SIMPLE_LOC.sub("", text)
+    if "loc(" in text:
+        text = "\n".join(_strip_complex_locs(line) if "loc(" in line else line for line in text.split("\n"))
+    return _LOC_GAP.sub("", text)
+
+
+def _strip_complex_locs(line: str) -> str:
     out, i = [], 0
     while True:
         j = line.find("loc(", i)
@@ -31,65 +45,69 @@ def _strip_locs(line: str) -> str:
         out.append(line[i:j])
         close = matching_paren(line, j + 3)
         i = (len(line) if close is None else close) + 1
-    return re.sub(r"\s+(?=[,)]|$)", "", "".join(out))
+    return "".join(out)
 
 
-class _Renamer:
-    def __init__(self, pattern: str, prefix: str) -> None:
-        self.re = re.compile(pattern)
-        self.prefix = prefix
-        self.names: dict[str, str] = {}
+def _renamer(pattern: str, prefix: str, flags: int = 0):
+    """Rename every match to prefix + its order of first appearance (the same name keeps its new name).
 
-    def __call__(self, text: str) -> str:
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(0)
-            if name not in self.names:
-                self.names[name] = f"{self.prefix}{len(self.names)}"
-            return self.names[name]
+    Works on the whole text with one split, so the per-name work runs in C, not in a callback.
+    """
+    regex = re.compile(f"({pattern})", flags)
 
-        return self.re.sub(sub, text)
+    def rename(text: str) -> str:
+        parts = regex.split(text)
+        names = parts[1::2]
+        if not names:
+            return text
+        table = {name: f"{prefix}{i}" for i, name in enumerate(dict.fromkeys(names))}
+        parts[1::2] = map(table.__getitem__, names)
+        return "".join(parts)
+
+    return rename
+
+
+_MLIR_SSA = _renamer(r"%[\w$.-]+(?:#\d+)?", "%v")
+_MLIR_BLOCKS = _renamer(r"\^[\w$.-]+", "^bb")
+_LLIR_SSA = _renamer(r"%[\w$.-]+", "%v")
+_LLIR_META = _renamer(r"![0-9]+\b", "!m")
+_LLIR_LABEL = re.compile(r"\d+(?=:)")
+_ASM_LABELS = _renamer(r"(?:\.L|\$L)[\w$.]+", ".L")
+_PTX_REGS = _renamer(r"%(?:r|rd|f|fd|p|rs|h|hh|b)\d+\b", "%r")
 
 
 def _normalise_mlir(text: str) -> str:
-    ssa = _Renamer(r"%[\w$.-]+(?:#\d+)?", "%v")
-    blocks = _Renamer(r"\^[\w$.-]+", "^bb")
-    out = []
-    for line in text.splitlines():
-        s = line.strip()
-        if not s or s.startswith(("#loc", "//")):
-            continue
-        s = _strip_locs(s)
-        s = _QUOTED_PATH.sub('"<path>"', s)
-        out.append(blocks(ssa(s)))
-    return "\n".join(out)
+    kept = [s for s in (line.strip() for line in text.splitlines()) if s and not s.startswith(("#loc", "//"))]
+    body = _QUOTED_PATH.sub('"<path>"', _strip_locs("\n".join(kept)))
+    return _MLIR_BLOCKS(_MLIR_SSA(body))
 
 
-# `, !dbg !42` or ` !dbg !42` at the end of an LLVM IR instruction
+# `, !dbg !42` or ` !dbg !42` at the end of an LLVM IR instruction. The literal form LLVM prints is
+# removed first: a pattern that starts with a literal is searched for in C, the general one is slow.
 _DBG_ATTACHMENT = re.compile(r",?\s*!dbg\s+!\d+")
+_DBG_PRINTED = re.compile(r", !dbg !\d+")
 
 
 def _normalise_llir(text: str) -> str:
-    ssa = _Renamer(r"%[\w$.-]+", "%v")
-    meta = _Renamer(r"![0-9]+\b", "!m")
-    labels = _Renamer(r"^\d+(?=:)", "L")
-    out = []
+    kept = []
+    labels: dict[str, str] = {}
     for line in text.splitlines():
-        s = line.split(";", 1)[0].rstrip() if not line.lstrip().startswith('"') else line.rstrip()
-        st = s.strip()
-        if not st or st.startswith(("!", "source_filename", "; ModuleID")):
+        st = (line.split(";", 1)[0] if not line.lstrip().startswith('"') else line).strip()
+        if not st or st.startswith(("!", "source_filename")) or "llvm.dbg." in st or st.startswith("#dbg_"):
             continue
-        if "llvm.dbg." in st or st.startswith("#dbg_"):
-            continue
-        st = _DBG_ATTACHMENT.sub("", st)
-        st = _QUOTED_PATH.sub('"<path>"', st)
-        st = labels(st)
-        out.append(meta(ssa(st)))
-    return "\n".join(out)
+        if st[0].isdigit() and (label := _LLIR_LABEL.match(st)):  # `7:` starts a basic block
+            name = labels.setdefault(label.group(0), f"L{len(labels)}")
+            st = name + st[label.end():]
+        kept.append(st)
+    # Line filtering above leaves no line starting with `!`, so the attachment pattern cannot span lines.
+    body = _DBG_PRINTED.sub("", "\n".join(kept))
+    if "!dbg" in body:  # `define ... !dbg !4 {`: a handful of lines
+        body = "\n".join(_DBG_ATTACHMENT.sub("", ln) if "!dbg" in ln else ln for ln in body.split("\n"))
+    body = _QUOTED_PATH.sub('"<path>"', body)
+    return _LLIR_META(_LLIR_SSA(body))
 
 
 def _normalise_asm(text: str, comment: str) -> str:
-    labels = _Renamer(r"(?:\.L|\$L)[\w$.]+", ".L")
-    regs = _Renamer(r"%(?:r|rd|f|fd|p|rs|h|hh|b)\d+\b", "%r") if comment == "//" else None
     out = []
     in_debug = False
     for line in text.splitlines():
@@ -106,12 +124,11 @@ def _normalise_asm(text: str, comment: str) -> str:
             continue
         if s.startswith((".loc", ".file", ".cfi_", ".ident")) or s.startswith("$L__tmp") and s.endswith(":"):
             continue
-        s = _QUOTED_PATH.sub('"<path>"', s)
-        s = labels(s)
-        if regs:
-            s = regs(s)
-        out.append(re.sub(r"\s+", " ", s))
-    return "\n".join(out)
+        out.append(s)
+    body = _ASM_LABELS(_QUOTED_PATH.sub('"<path>"', "\n".join(out)))
+    if comment == "//":
+        body = _PTX_REGS(body)
+    return _BLANKS.sub(" ", body)
 
 
 def normalise_stage(text: str, kind: str) -> str:

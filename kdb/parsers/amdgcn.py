@@ -80,12 +80,21 @@ def classify(mnemonic: str, private_segment: bool, operands: str | None = None) 
     """Group of one mnemonic. MUBUF buffer_load/store count as scratch when the kernel has a private
     segment and, if operands are given, they address it with no vaddr (`off, s[..]`); with only a
     mnemonic (disassembler counts) every such MUBUF access of a scratch-using kernel counts as scratch."""
-    mnemonic = mnemonic.lower()
-    if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic
-                                               or (operands is not None and LDS_MODIFIER_RE.search(operands))):
+    return _group(mnemonic.lower(), private_segment, *_operand_flags(operands))
+
+
+def _operand_flags(operands: str | None) -> tuple[bool, bool | None]:
+    """(has the `lds` modifier, addresses scratch with no vaddr); None: operands unknown."""
+    if operands is None:
+        return False, None
+    return LDS_MODIFIER_RE.search(operands) is not None, MUBUF_SCRATCH_OPERANDS_RE.match(operands) is not None
+
+
+def _group(mnemonic: str, private_segment: bool, lds_modifier: bool, scratch_operands: bool | None) -> str:
+    if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic or lds_modifier):
         return "lds_dma"
     if private_segment and mnemonic.startswith(("buffer_load", "buffer_store")) \
-            and (operands is None or MUBUF_SCRATCH_OPERANDS_RE.match(operands)):
+            and (scratch_operands is None or scratch_operands):
         return "scratch"
     for group, prefixes in _PREFIX_GROUPS:
         if mnemonic.startswith(prefixes):
@@ -124,23 +133,23 @@ class AsmListing:
 
 
 @dataclass
-class _Instr:
-    mnemonic: str
-    operands: str
-    file: str
-    line: int
-
-
-@dataclass
 class _Building:
     name: str
-    instructions: list[_Instr] = field(default_factory=list)
+    # (mnemonic, source file, line, operand flags) -> count: only MUBUF mnemonics need their operands
+    # (lds modifier, scratch addressing), and the group waits for the private segment size, which the
+    # descriptor after the function gives.
+    counts: Counter[tuple[str, str, int, tuple[bool, bool | None]]] = field(default_factory=Counter)
     spill_count: int = 0
     reload_count: int = 0
     spill_bytes: int = 0
     reload_bytes: int = 0
     kernel_info: dict[str, int | str] = field(default_factory=dict)
     amdhsa: dict[str, int] = field(default_factory=dict)
+
+
+_NO_OPERAND_FLAGS: tuple[bool, bool | None] = (False, None)
+#	v_mfma_f32_32x32x8_f16 ...: a mnemonic is lowercase letters, digits, `_` and `.`
+MNEMONIC_RE = re.compile(r"[a-z][a-z0-9_.]*\Z")
 
 
 #	.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
@@ -163,6 +172,7 @@ def parse_amdgcn(text: str) -> AsmListing:
     loc_file, loc_line = "", 0
     yaml_lines: list[str] = []
     in_yaml = False
+    mnemonic_ok: dict[str, bool] = {}
 
     for raw in text.splitlines():
         if len(raw) > MAX_LINE_CHARS:
@@ -182,20 +192,21 @@ def parse_amdgcn(text: str) -> AsmListing:
             in_info = False
         if not line:
             continue
-        if line.startswith(";"):
+        first = line[0]
+        if first == ";":
             if line.startswith(END_FUNCTION_COMMENT) and current is not None:
                 done.append(current)
                 info_for, current = current, None
-            elif KERNEL_INFO_HEADER_RE.match(line) and info_for is not None:
+            elif "Kernel info" in line and KERNEL_INFO_HEADER_RE.match(line) and info_for is not None:
                 in_info = True
             continue
-        if line.startswith("."):
-            if match := FILE_RE.match(line):
+        if first == ".":
+            if match := LOC_RE.match(line):
+                loc_file, loc_line = files.get(int(match.group(1)), ""), int(match.group(2))
+            elif match := FILE_RE.match(line):
                 directory, name = match.group(2), match.group(3)
                 path = directory if name is None else posixpath.join(directory, name)
                 files[int(match.group(1))] = _unescape(path)
-            elif match := LOC_RE.match(line):
-                loc_file, loc_line = files.get(int(match.group(1)), ""), int(match.group(2))
             elif match := TYPE_FUNCTION_RE.match(line):
                 functions.add(match.group(1))
             elif match := AMDHSA_DIRECTIVE_RE.match(line):
@@ -208,10 +219,13 @@ def parse_amdgcn(text: str) -> AsmListing:
                 in_yaml = True
             elif match := TARGET_RE.match(line):
                 target = match.group(1)
-            elif match := LABEL_RE.match(line):
-                pass  # local labels such as .LBB0_3
             continue
-        if match := LABEL_RE.match(line):
+        code, _, comment = line.partition(";")
+        parts = code.split(None, 1)
+        if not parts:
+            continue
+        token = parts[0]
+        if ":" in token and (match := LABEL_RE.match(line)):
             if match.group(1) in functions:
                 if current is not None:
                     done.append(current)
@@ -220,12 +234,15 @@ def parse_amdgcn(text: str) -> AsmListing:
             continue
         if current is None:
             continue
-        code, _, comment = line.partition(";")
-        match = INSTRUCTION_RE.match(code.strip())
-        if match is None:
+        valid = mnemonic_ok.get(token)
+        if valid is None:
+            valid = mnemonic_ok[token] = MNEMONIC_RE.match(token) is not None
+        if not valid:
             continue
-        current.instructions.append(_Instr(match.group(1), match.group(2) or "", loc_file, loc_line))
-        if comment and (folded := FOLDED_RE.search(";" + comment)):
+        flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") \
+            else _NO_OPERAND_FLAGS
+        current.counts[(token, loc_file, loc_line, flags)] += 1
+        if comment and "Folded" in comment and (folded := FOLDED_RE.search(";" + comment)):
             size = int(folded.group(1))
             if folded.group(2) == "Spill":
                 current.spill_count += 1
@@ -312,18 +329,14 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
     groups: Counter[str] = Counter()
     lines: Counter[tuple[str, int, str]] = Counter()
     mix: Counter[tuple[str, str]] = Counter()
-    # Only MUBUF loads/stores depend on their operands; every other mnemonic is classified once.
-    by_mnemonic: dict[str, str] = {}
-    for instr in building.instructions:
-        group = by_mnemonic.get(instr.mnemonic)
-        if group is None:
-            group = classify(instr.mnemonic, private, instr.operands)
-            if not instr.mnemonic.startswith("buffer_"):
-                by_mnemonic[instr.mnemonic] = group
-        mnemonics[instr.mnemonic] += 1
-        groups[group] += 1
-        mix[(instr.mnemonic, group)] += 1
-        lines[(instr.file, instr.line, group)] += 1
+    instruction_count = 0
+    for (mnemonic, file, line, flags), count in building.counts.items():
+        group = _group(mnemonic, private, *flags)
+        instruction_count += count
+        mnemonics[mnemonic] += count
+        groups[group] += count
+        mix[(mnemonic, group)] += count
+        lines[(file, line, group)] += count
     return AsmKernel(
         name=building.name,
         kernel_info=dict(info),
@@ -338,6 +351,6 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
         reload_bytes=building.reload_bytes,
         scratch_instructions=groups.get("scratch", 0),
         lines=dict(lines),
-        instruction_count=len(building.instructions),
+        instruction_count=instruction_count,
         private_segment=private,
     )

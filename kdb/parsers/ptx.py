@@ -118,7 +118,7 @@ class _Acc:
     is_entry: bool
     perf: dict[str, tuple[int, ...]]
     opcodes: Counter[str]
-    lines: Counter[tuple[int, int, str]]
+    lines: Counter[tuple[int, int, str]]  # (file number, line, full opcode)
     regs: Counter[str]
 
 
@@ -237,18 +237,20 @@ def _statement(acc: _Acc, stmt: str, loc: tuple[int, int], lineno: int) -> tuple
         raise ParseError(f"unreadable PTX statement at line {lineno}")
     op = om.group(1)
     acc.opcodes[op] += 1
-    acc.lines[(loc[0], loc[1], opcode_group(op))] += 1
+    acc.lines[(loc[0], loc[1], op)] += 1  # grouped in _finish, once per distinct opcode
     return loc
 
 
 def _finish(acc: _Acc, files: dict[int, str]) -> PtxFunction:
     base: Counter[str] = Counter()
     groups = dict.fromkeys(GROUPS, 0)
+    group_of = {op: opcode_group(op) for op in acc.opcodes}
     for op, n in acc.opcodes.items():
         base[op.split(".", 1)[0]] += n
-        groups[opcode_group(op)] += n
+        groups[group_of[op]] += n
     lines: Counter[tuple[str, int, str]] = Counter()
-    for (file_no, line, group), n in acc.lines.items():
+    for (file_no, line, op), n in acc.lines.items():
+        group = group_of[op]
         if file_no == 0:
             path = ""
         elif file_no in files:
