@@ -269,18 +269,19 @@ class Catalog:
                     raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
                 self._delete_snapshot_rows(old)
             sid = self.con.execute("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots").fetchone()[0]
+            folder_set = self._record_folder_set()
             labels = snapshot.get("labels") or {}
             self.con.execute(
                 """
                 INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
                     triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
-                    stored_bytes, new_bytes, labels)
-                VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]))
+                    stored_bytes, new_bytes, labels, folder_set)
+                VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
                 """,
                 [
                     sid, snapshot["tag"], snapshot["created_at"], snapshot["source_path"], snapshot["host"],
                     snapshot["kdb_version"], snapshot["file_count"], snapshot["raw_bytes"], snapshot["new_bytes"],
-                    list(labels.keys()), list(labels.values()),
+                    list(labels.keys()), list(labels.values()), folder_set,
                 ],
             )
             staged = self.con.execute(
@@ -288,6 +289,8 @@ class Catalog:
                 "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name").fetchall()
             for name, columns in staged:
                 cols = ", ".join(columns)
+                if name == "folder_sets":
+                    continue  # recorded above, once per distinct set
                 if "snapshot_id" in self._column_types(name):
                     self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
                 elif name == "blobs":
@@ -298,6 +301,22 @@ class Catalog:
                     self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
             self._update_snapshot_totals(sid)
         return sid
+
+    def _record_folder_set(self) -> str | None:
+        """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
+        no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
+        digest = self.con.execute(
+            "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
+            "FROM staged.folder_sets").fetchone()[0]
+        if digest is not None and not self.con.execute(
+                "SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone():
+            self.con.execute("INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
+                             "SELECT ?, cache_key, folder_digest FROM staged.folder_sets", [digest])
+        return digest
+
+    def _drop_unused_folder_sets(self) -> None:
+        self.con.execute("DELETE FROM folder_sets WHERE set_digest NOT IN "
+                         "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)")
 
     def _update_snapshot_totals(self, sid: int) -> None:
         self.con.execute(
@@ -316,13 +335,13 @@ class Catalog:
             [sid],
         )
 
-    def _tables_with(self, column: str, besides: str) -> list[str]:
+    def _tables_with(self, column: str, *besides: str) -> list[str]:
         """Base tables holding `column` (other than `besides`): how rm and gc find every row to drop."""
         rows = self.con.execute(
             "SELECT DISTINCT table_name FROM information_schema.columns "
-            "WHERE column_name = ? AND table_name <> ? AND table_catalog = current_database() "
+            "WHERE column_name = ? AND table_name <> ALL(?::VARCHAR[]) AND table_catalog = current_database() "
             "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')",
-            [column, besides],
+            [column, list(besides)],
         ).fetchall()
         return sorted(r[0] for r in rows)
 
@@ -333,14 +352,15 @@ class Catalog:
         for table in self._snapshot_tables():
             self.con.execute(f"DELETE FROM {table} WHERE snapshot_id = ?", [sid])
         self.con.execute("DELETE FROM snapshots WHERE snapshot_id = ?", [sid])
+        self._drop_unused_folder_sets()
 
     def delete_snapshot(self, tag: str) -> None:
         with self.transaction():
             self._delete_snapshot_rows(self.require_snapshot(tag))
 
     def _folder_tables(self) -> list[str]:
-        """Tables keyed by folder content (everything with a folder_digest column except snapshot_folders)."""
-        return self._tables_with("folder_digest", "snapshot_folders")
+        """Tables keyed by folder content (everything with a folder_digest column except the folder sets)."""
+        return self._tables_with("folder_digest", "folder_sets")
 
     def replace_folder_rows(self, digests: Sequence[str], tables: Sequence[Table]) -> None:
         """Swap the derived rows of these folders (kernel JSON rows and analysis) in one transaction."""
@@ -450,6 +470,7 @@ class Catalog:
     def drop_unreferenced(self) -> int:
         """Forget folders no snapshot holds, then blobs no file uses; return how many blob rows went."""
         with self.transaction():
+            self._drop_unused_folder_sets()
             for table in self._folder_tables():
                 self.con.execute(f"DELETE FROM {table} WHERE folder_digest NOT IN "
                                  "(SELECT DISTINCT folder_digest FROM snapshot_folders)")
@@ -470,13 +491,16 @@ class Catalog:
 
     # -- reading for `kdb diff` (kdb/diff.py) ------------------------------------------------------
     def diff_kernels(self, tag: str) -> list[dict[str, Any]]:
-        """Every kernel of a snapshot with its analysis facts, identity parts, and both metadata documents."""
+        """Every kernel of a snapshot with its analysis facts, identity and digests. The JSON documents
+        come only where the diff needs them to fill a gap (catalogs written before identities, options
+        and metadata digests were recorded); `kernel_documents` fetches them for a deep view."""
         sid = self.require_snapshot(tag)
         return self._dicts(
             """
-            SELECT k.*, kf.metadata AS triton_metadata, kf.triton_version_source, kf.metadata_digest,
-                   a.identity_parts, a.identity_options, a.co_metadata, a.descriptor, a.kernel_info,
-                   a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest
+            SELECT k.*, kf.triton_version_source, kf.metadata_digest,
+                   CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
+                   CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
+                   a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
             LEFT JOIN kernel_analysis a USING (folder_digest)
@@ -486,13 +510,46 @@ class Catalog:
             [sid],
         )
 
-    def diff_instr_mix(self, tag: str) -> dict[str, list[tuple[str, str, int]]]:
-        """Instruction mix of every kernel of a snapshot (from the source its analysis chose), as
-        cache_key -> [(mnemonic, group, count)]; aggregated in SQL, which is what keeps a 10k-kernel diff fast."""
+    def kernel_documents(self, folder_digests: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Triton JSON, code-object metadata, descriptor and `; Kernel info` of some kernel folders."""
+        rows = self._dicts(
+            """
+            SELECT kf.folder_digest, kf.metadata AS triton_metadata, a.identity_parts, a.co_metadata,
+                   a.descriptor, a.kernel_info
+            FROM kernel_folders kf LEFT JOIN kernel_analysis a USING (folder_digest)
+            WHERE kf.folder_digest IN (SELECT unnest(?::VARCHAR[]))
+            """,
+            [list(folder_digests)],
+        )
+        return {r.pop("folder_digest"): r for r in rows}
+
+    def diff_mix_summary(self, tag: str) -> dict[str, tuple[str, list[tuple[str, int]]]]:
+        """Per kernel of a snapshot: a digest of its instruction mix (equal digests, equal mixes) and its
+        group totals. Computed in SQL so that a diff fetches mnemonic rows only for kernels whose mix changed."""
         self.require_snapshot(tag)
         rows = self.con.execute(
-            "SELECT cache_key, list((mnemonic, grp, count) ORDER BY mnemonic) FROM instr_mix WHERE tag = ? "
-            "GROUP BY cache_key", [tag]).fetchall()
+            """
+            WITH m AS (SELECT cache_key, mnemonic, grp, sum(count) AS n FROM instr_mix WHERE tag = ? GROUP BY ALL),
+            g AS (SELECT cache_key, grp, sum(n) AS n FROM m GROUP BY ALL)
+            SELECT d.cache_key, d.digest, t.grps, t.ns
+            FROM (SELECT cache_key, md5(string_agg(mnemonic || ' ' || grp || ' ' || n, ',' ORDER BY mnemonic, grp)) AS digest
+                  FROM m GROUP BY cache_key) d
+            JOIN (SELECT cache_key, list(grp ORDER BY grp) AS grps, list(n ORDER BY grp) AS ns
+                  FROM g GROUP BY cache_key) t USING (cache_key)
+            """, [tag]).fetchall()
+        return {key: (digest, list(zip(grps, map(int, ns)))) for key, digest, grps, ns in rows}
+
+    def diff_instr_mix(self, tag: str, cache_keys: Sequence[str] | None = None) -> dict[str, list[tuple[str, str, int]]]:
+        """Instruction mix of kernels of a snapshot (from the source its analysis chose), as
+        cache_key -> [(mnemonic, group, count)]; all kernels, or those of `cache_keys`."""
+        self.require_snapshot(tag)
+        where, params = "tag = ?", [tag]
+        if cache_keys is not None:
+            where += " AND cache_key IN (SELECT unnest(?::VARCHAR[]))"
+            params.append(list(cache_keys))
+        rows = self.con.execute(
+            f"SELECT cache_key, list((mnemonic, grp, count) ORDER BY mnemonic) FROM instr_mix WHERE {where} "
+            "GROUP BY cache_key", params).fetchall()
         return {key: [tuple(item.values()) if isinstance(item, dict) else tuple(item) for item in mix]
                 for key, mix in rows}
 

@@ -28,7 +28,7 @@ import json
 import functools
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,15 +205,50 @@ class KernelDeepView:
 # -- sides --------------------------------------------------------------------------------------------
 @dataclass
 class Side:
+    """One snapshot, read through a catalog connection held open for the whole diff (so every lazy
+    read below sees the same catalog state)."""
+
     label: str
     home: Home
+    tag: str
+    catalog: Catalog
     kernels: list[dict[str, Any]]
-    mix: dict[str, list[tuple[str, str, int]]]  # cache_key -> [(mnemonic, group, count)]
-    files: dict[str, list[dict[str, Any]]]
+    # cache_key -> (digest of the mix, [(group, count)]): enough to compare and report unchanged mixes
+    mix_summary: dict[str, tuple[str, list[tuple[str, int]]]]
+    mix: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # filled by load_mix
+    files: dict[str, list[dict[str, Any]]] | None = None  # filled on first use
+
+    def load_mix(self, cache_keys: Iterable[str]) -> None:
+        """Fetch, in one query, the mnemonic rows of the kernels whose mix is needed in full."""
+        missing = [k for k in cache_keys if k not in self.mix]
+        if missing:
+            got = self.catalog.diff_instr_mix(self.tag, missing)
+            for key in missing:
+                self.mix[key] = got.get(key, [])
+
+    def mix_of(self, cache_key: str) -> list[tuple[str, str, int]]:
+        self.load_mix([cache_key])
+        return self.mix[cache_key]
+
+    def load_documents(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Add the JSON documents diff_kernels leaves out to some kernel rows (deep views)."""
+        rows = [k for k in rows if "co_metadata" not in k]
+        docs = self.catalog.kernel_documents([k["folder_digest"] for k in rows])
+        for k in rows:
+            for col, value in docs.get(k["folder_digest"], {}).items():
+                if k.get(col) is None:
+                    k[col] = value
+
+    def _folder_files(self, cache_key: str) -> list[dict[str, Any]]:
+        if self.files is None:
+            self.files = {}
+            for row in self.catalog.diff_kernel_files(self.tag):
+                self.files.setdefault(row["cache_key"], []).append(row)
+        return self.files.get(cache_key, [])
 
     def stage_file(self, cache_key: str, stage: str) -> dict[str, Any] | None:
         for kind in STAGE_KINDS[stage]:
-            for f in self.files.get(cache_key, []):
+            for f in self._folder_files(cache_key):
                 if f["kind"] == kind:
                     return f
         return None
@@ -226,24 +261,20 @@ class Side:
         return _normalised_blob(self.home.store, f["hash"], f["size"], f["kind"]), f["kind"]
 
     def raw_text(self, cache_key: str, kind: str) -> str | None:
-        for f in self.files.get(cache_key, []):
+        for f in self._folder_files(cache_key):
             if f["kind"] == kind:
                 return self.home.store.get(f["hash"], f["size"]).decode("utf-8", "replace")
         return None
 
 
-def _load_side(home: Home, tag: str, label: str, wait_s: float) -> Side:
+@contextlib.contextmanager
+def _loaded_side(home: Home, tag: str, label: str, wait_s: float) -> Iterator[Side]:
     with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
-        kernels = catalog.diff_kernels(tag)
-        mix = catalog.diff_instr_mix(tag)
-        files: dict[str, list[dict[str, Any]]] = {}
-        for row in catalog.diff_kernel_files(tag):
-            files.setdefault(row["cache_key"], []).append(row)
-    side = Side(label, home, kernels, mix, files)
-    for k in kernels:
-        if k.get("identity") is None:
-            _fill_identity(side, k)
-    return side
+        side = Side(label, home, tag, catalog, catalog.diff_kernels(tag), catalog.diff_mix_summary(tag))
+        for k in side.kernels:
+            if k.get("identity") is None:
+                _fill_identity(side, k)
+        yield side
 
 
 def _doc(k: dict[str, Any], col: str) -> Any:
@@ -279,7 +310,8 @@ def open_side(home: Home, ref: str, wait_s: float = 600.0) -> Iterator[Side]:
         with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
             tag_exists = catalog.snapshot_id(ref) is not None
     if tag_exists:
-        yield _load_side(home, ref, ref, wait_s)
+        with _loaded_side(home, ref, ref, wait_s) as side:
+            yield side
         return
     path = Path(ref)
     if not path.is_dir():
@@ -290,7 +322,8 @@ def open_side(home: Home, ref: str, wait_s: float = 600.0) -> Iterator[Side]:
         temp_home = Home(Path(tmp))
         tag = path.resolve().name or "dir"
         ingest(temp_home, path, tag, lock_wait_s=wait_s)
-        yield _load_side(temp_home, tag, str(path), wait_s)
+        with _loaded_side(temp_home, tag, str(path), wait_s) as side:
+            yield side
 
 
 @functools.lru_cache(maxsize=4096)
@@ -452,6 +485,14 @@ def _spills(row: dict[str, Any]) -> int | None:
     return sum(v or 0 for v in values)
 
 
+def _same_mix(sa: Side, a: dict[str, Any] | None, sb: Side, b: dict[str, Any] | None) -> bool:
+    """Both kernels have an instruction mix and its digests are equal (no need to read the mnemonics)."""
+    if a is None or b is None:
+        return False
+    summary_a, summary_b = sa.mix_summary.get(a["cache_key"]), sb.mix_summary.get(b["cache_key"])
+    return summary_a is not None and summary_b is not None and summary_a[0] == summary_b[0]
+
+
 def compare_pair(kd: KernelDiff, sa: Side, sb: Side) -> None:
     a, b = kd.a, kd.b
     assert a is not None and b is not None
@@ -459,7 +500,11 @@ def compare_pair(kd: KernelDiff, sa: Side, sb: Side) -> None:
         kd.metrics[m] = {"a": a.get(m), "b": b.get(m), "delta": _delta(a.get(m), b.get(m))}
     for m in LIMITERS:
         kd.limiters[m] = {"a": a.get(m), "b": b.get(m)}
-    kd.mix_groups, kd.mix_mnemonics = _mix_tables(sa.mix.get(a["cache_key"], []), sb.mix.get(b["cache_key"], []))
+    if _same_mix(sa, a, sb, b):
+        kd.mix_groups = {grp: {"a": n, "b": n, "delta": 0} for grp, n in sa.mix_summary[a["cache_key"]][1]}
+        kd.mix_mnemonics = {}
+    else:
+        kd.mix_groups, kd.mix_mnemonics = _mix_tables(sa.mix_of(a["cache_key"]), sb.mix_of(b["cache_key"]))
     kd.first_changed_stage = first_changed_stage(sa, a, sb, b)
     facts_differ = any(v["a"] != v["b"] for v in kd.metrics.values()) or bool(kd.mix_mnemonics)
     kd.status = "changed" if facts_differ else "matched"
@@ -546,6 +591,10 @@ def diff_sides(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[
     rules = rules or []
     key = "identity_any_target" if across_targets else "identity"
     kernels = match(sa.kernels, sb.kernels, key)
+    # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
+    differ = [kd for kd in kernels if kd.status == "changed" and not _same_mix(sa, kd.a, sb, kd.b)]
+    sa.load_mix(kd.a["cache_key"] for kd in differ)
+    sb.load_mix(kd.b["cache_key"] for kd in differ)
     for kd in kernels:
         if kd.status == "changed":  # paired; compare_pair decides matched/changed
             compare_pair(kd, sa, sb)
@@ -614,8 +663,12 @@ def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[Ker
     views = []
     for kd in chosen:
         a, b = kd.a or {}, kd.b or {}
-        mix_a = {m: (g, c) for m, g, c in sa.mix.get(a.get("cache_key"), [])} if a else {}
-        mix_b = {m: (g, c) for m, g, c in sb.mix.get(b.get("cache_key"), [])} if b else {}
+        if a:
+            sa.load_documents([a])
+        if b:
+            sb.load_documents([b])
+        mix_a = {m: (g, c) for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
+        mix_b = {m: (g, c) for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
         rows = []
         for mn in sorted(set(mix_a) | set(mix_b)):
             ca = mix_a[mn][1] if mn in mix_a else 0

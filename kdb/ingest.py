@@ -37,7 +37,7 @@ POOL_MIN_FILES = 200
 BLOB_COLUMNS = ["hash", "size", "stored_size"]
 FOLDER_COLUMNS = ["folder_digest", "cache_key", "file_count", "bytes"]
 FOLDER_FILE_COLUMNS = ["folder_digest", "name", "hash", "size", "kind"]
-SNAPSHOT_FOLDER_COLUMNS = ["snapshot_id", "cache_key", "folder_digest"]
+FOLDER_SET_COLUMNS = ["cache_key", "folder_digest"]  # the set digest is computed when the snapshot is written
 TOP_FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind"]
 KERNEL_COLUMNS = [
     "folder_digest", "cache_key", "name", "backend", "arch", "warp_size", "num_warps", "num_stages", "num_ctas",
@@ -48,7 +48,7 @@ PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
 # Rows an ingest stages (kdb/catalog.py Staging) before one transaction moves them into the catalog.
 STAGED_COLUMNS: dict[str, list[str]] = {
     "blobs": BLOB_COLUMNS, "folders": FOLDER_COLUMNS, "folder_files": FOLDER_FILE_COLUMNS,
-    "snapshot_folders": SNAPSHOT_FOLDER_COLUMNS, "top_files": TOP_FILE_COLUMNS, "kernel_folders": KERNEL_COLUMNS,
+    "folder_sets": FOLDER_SET_COLUMNS, "top_files": TOP_FILE_COLUMNS, "kernel_folders": KERNEL_COLUMNS,
     "file_problems": PROBLEM_COLUMNS, **TABLE_COLUMNS,
 }
 # Rows held in memory before they are spilled to the staging file.
@@ -280,7 +280,7 @@ def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tupl
             for row in result.files:
                 tables["top_files"].add(path=row["name"], hash=row["hash"], size=row["size"], kind=row["kind"])
         elif result.files:
-            tables["snapshot_folders"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
+            tables["folder_sets"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
             if not result.known:
                 tables["folders"].add(folder_digest=result.folder_digest, cache_key=result.cache_key,
                                       file_count=len(result.files), bytes=result.bytes_read)
