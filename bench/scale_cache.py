@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fnmatch
 import json
 import random
 import shutil
@@ -52,10 +53,10 @@ def unpack_corpus(dest: Path) -> Path:
     return dest
 
 
-def kernel_folders(corpus_cache: Path) -> list[Path]:
-    """Real kernel folders: NAME.json beside NAME.ttir."""
+def kernel_folders(corpus_cache: Path, sources: str = "*") -> list[Path]:
+    """Real kernel folders (NAME.json beside NAME.ttir) of the corpus snapshots whose name matches `sources`."""
     out = []
-    for snap in sorted(p for p in corpus_cache.iterdir() if p.is_dir()):
+    for snap in sorted(p for p in corpus_cache.iterdir() if p.is_dir() and fnmatch.fnmatchcase(p.name, sources)):
         for folder in sorted(p for p in snap.iterdir() if p.is_dir()):
             names = {p.name for p in folder.iterdir()}
             if any(n.endswith(".ttir") and n[: -5] + ".json" in names for n in names):
@@ -117,8 +118,8 @@ def copy_kernel(src: Path, dst_root: Path, key: str, uniq: int, marker: str = "k
             shutil.copyfile(f, out)
 
 
-def build(n: int, out: Path, seed: int, corpus_cache: Path) -> int:
-    sources = kernel_folders(unpack_corpus(corpus_cache))
+def build(n: int, out: Path, seed: int, corpus_cache: Path, source_glob: str = "*") -> int:
+    sources = kernel_folders(unpack_corpus(corpus_cache), source_glob)
     rng = random.Random(seed)
     out.mkdir(parents=True, exist_ok=True)
     if any(out.iterdir()):
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--from", dest="src", type=Path, help="derive OUT from this cache instead of the corpus")
     p.add_argument("--change-fraction", type=float, default=0.05)
+    p.add_argument("--sources", default="*",
+                   help="corpus snapshots to copy, a glob on their names: '*gfx*' for an AMD-only cache, '*sm*' NVIDIA")
     p.add_argument("--corpus-cache", type=Path, default=DEFAULT_CORPUS_CACHE,
                    help="where the corpus archives are unpacked once (default bench/.data/corpus-src)")
     args = p.parse_args(argv)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         n = derive(args.src, args.out, args.change_fraction, args.seed)
         print(f"{args.out}: copy of {args.src} with {n} kernels changed")
     else:
-        build(args.kernels, args.out, args.seed, args.corpus_cache)
+        build(args.kernels, args.out, args.seed, args.corpus_cache, args.sources)
         print(f"{args.out}: {args.kernels} kernels")
     return 0
 

@@ -20,7 +20,8 @@ _QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
 _SIMPLE_LOC = re.compile(r"(?<![\w.])loc\(#[\w.$-]*\)")
 # whitespace left before `,` `)` or the end of a line once a location is gone
 _LOC_GAP = re.compile(r"[^\S\n]+(?=[,)]|$)", re.M)
-_BLANKS = re.compile(r"[^\S\n]+")
+# runs of blanks other than one plain space (those need no change: most of them, in assembly)
+_BLANKS = re.compile(r"[^\S\n]{2,}|[^\S \n]")
 
 
 def _strip_locs(text: str) -> str:
@@ -99,8 +100,12 @@ def _normalise_llir(text: str) -> str:
             name = labels.setdefault(label.group(0), f"L{len(labels)}")
             st = name + st[label.end():]
         kept.append(st)
-    # Line filtering above leaves no line starting with `!`, so the attachment pattern cannot span lines.
-    body = _DBG_PRINTED.sub("", "\n".join(kept))
+    return _llir_tail("\n".join(kept))
+
+
+def _llir_tail(body: str) -> str:
+    # Line filtering leaves no line starting with `!`, so the attachment pattern cannot span lines.
+    body = _DBG_PRINTED.sub("", body)
     if "!dbg" in body:  # `define ... !dbg !4 {`: a handful of lines
         body = "\n".join(_DBG_ATTACHMENT.sub("", ln) if "!dbg" in ln else ln for ln in body.split("\n"))
     body = _QUOTED_PATH.sub('"<path>"', body)

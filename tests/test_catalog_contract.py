@@ -56,6 +56,36 @@ def test_upgrade_from_first_migration_keeps_data(tmp_path):
         assert len(catalog.applied_migrations()) == len(schema_files())
 
 
+def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, tmp_path, capsys):
+    """A catalog left by the 002-era layout (snapshot_folders a table, one row per snapshot and folder)
+    upgrades with every row kept: the kernels view is the same before and after."""
+    home = tmp_path / "home"
+    cache = unpack_snapshot(AMD[0])
+    for tag in ("x", "y"):
+        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "-q").code == 0
+    rows = "SELECT tag, cache_key, vgpr_count FROM kernels ORDER BY ALL"
+    before = kdb(capsys, home, "sql", rows, "--format", "json").json()
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    per_snapshot = con.execute("SELECT count(*) FROM snapshot_folders WHERE snapshot_id = 1").fetchone()[0]
+    con.execute("CREATE TABLE moved AS SELECT * FROM snapshot_folders")
+    con.execute("DROP VIEW snapshot_folders")
+    con.execute("CREATE TABLE snapshot_folders (snapshot_id INTEGER NOT NULL, cache_key VARCHAR NOT NULL, "
+                "folder_digest VARCHAR NOT NULL, PRIMARY KEY (snapshot_id, cache_key))")
+    con.execute("INSERT INTO snapshot_folders SELECT * FROM moved")
+    con.execute("DROP TABLE moved")
+    con.execute("DROP TABLE folder_sets")
+    con.execute("ALTER TABLE snapshots DROP COLUMN folder_set")
+    con.execute("DELETE FROM schema_migrations WHERE version = 3")
+    assert con.execute("SELECT count(*) FROM snapshot_folders").fetchone()[0] == 2 * per_snapshot > 0
+    con.close()
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 003
+        assert 3 in {v for v, _ in catalog.applied_migrations()}
+        # the two snapshots held the same folders: one set
+        assert catalog.con.execute("SELECT count(*) FROM folder_sets").fetchone()[0] == per_snapshot
+    assert kdb(capsys, home, "sql", rows, "--format", "json").json() == before
+    assert kdb(capsys, home, "verify").code == 0
+
+
 @pytest.mark.parametrize("name", AMD)
 def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, unpack_snapshot, tmp_path, capsys):
     """`; Kernel info` (Triton 3.2+) and the `.amdgpu_metadata` YAML are the compiler's own account."""

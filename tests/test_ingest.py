@@ -42,7 +42,8 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "first", "-q").code == 0
     before = store_bytes(home)
-    count = "SELECT (SELECT count(*) FROM folders) AS folders, (SELECT count(*) FROM kernel_analysis) AS analysed"
+    count = ("SELECT (SELECT count(*) FROM folders) AS folders, (SELECT count(*) FROM kernel_analysis) AS analysed, "
+             "(SELECT count(*) FROM folder_sets) AS folder_set_rows")
     content_rows = kdb(capsys, home, "sql", count, "--format", "json").json()
     r = kdb(capsys, home, "ingest", str(cache), "--tag", "second", "--format", "json")
     assert r.code == 0
@@ -55,6 +56,21 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     assert (first["n"], first["v"]) == (second["n"], second["v"])
     tags = kdb(capsys, home, "tags", "--format", "json").json()
     assert [t["tag"] for t in tags] == ["first", "second"]
+
+
+def test_snapshots_share_a_folder_set_until_the_last_is_removed(unpack_snapshot, tmp_path, capsys):
+    cache = unpack_snapshot(AMD_PAIR)
+    home = tmp_path / "home"
+    for tag in ("a", "b"):
+        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "-q").code == 0
+    folders = sum(1 for p in cache.iterdir() if p.is_dir())
+    sets = "SELECT count(DISTINCT set_digest) AS sets, count(*) AS n FROM folder_sets"
+    assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"sets": 1, "n": folders}]
+    assert kdb(capsys, home, "rm", "a").code == 0
+    per_tag = "SELECT tag, count(*) AS n FROM snapshot_folders JOIN snapshots USING (snapshot_id) GROUP BY tag"
+    assert kdb(capsys, home, "sql", per_tag, "--format", "json").json() == [{"tag": "b", "n": folders}]
+    assert kdb(capsys, home, "rm", "b").code == 0
+    assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"sets": 0, "n": 0}]
 
 
 def test_existing_tag_refused_then_replaced(unpack_snapshot, tmp_path, capsys):
