@@ -5,6 +5,7 @@ Called in worker processes during ingest and by `kdb reindex`; it never touches 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ ANALYSIS_COLUMNS = [
     "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
     "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
     "identity_any_target", "identity_parts", "identity_options", "ttir_digest", "ttgir_digest", "llir_digest", "isa_digest",
+    "instr_mix_digest", "instr_groups",
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
@@ -127,7 +129,22 @@ def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, fi
         _amd(out, row, folder_digest, meta, files)
     elif meta.backend == "cuda" or _first(files, "cubin", meta.name):
         _nvidia(out, row, folder_digest, meta, files, options.sass)
+    _mix_summary(out, row)
     out.add("kernel_analysis", **row)
+
+
+def _mix_summary(out: FolderAnalysis, row: dict[str, Any]) -> None:
+    """Digest and group totals of the mix `kdb diff` compares (the instr_source one); migration 004
+    computes the same two values in SQL for rows written before it."""
+    mix = sorted((r["mnemonic"], r["grp"], r["count"]) for r in out.rows.get("instr_mix_counts", [])
+                 if r["source"] == row.get("instr_source") and r["folder_digest"] == row["folder_digest"])
+    if not mix:
+        return
+    groups: dict[str, int] = {}
+    for _, grp, count in mix:
+        groups[grp] = groups.get(grp, 0) + count
+    row["instr_mix_digest"] = hashlib.sha256("\n".join(f"{m} {g} {c}" for m, g, c in mix).encode()).hexdigest()
+    row["instr_groups"] = json.dumps(groups, sort_keys=True)
 
 
 def _problem(out: FolderAnalysis, f: FolderFile | None, stage: str, reason: str) -> None:

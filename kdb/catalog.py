@@ -500,12 +500,12 @@ class Catalog:
             SELECT k.*, kf.triton_version_source, kf.metadata_digest,
                    CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
-                   a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest
+                   a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
+                   a.instr_mix_digest, a.instr_groups
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
             LEFT JOIN kernel_analysis a USING (folder_digest)
             WHERE k.snapshot_id = ?
-            ORDER BY k.name, k.cache_key
             """,
             [sid],
         )
@@ -523,22 +523,6 @@ class Catalog:
         )
         return {r.pop("folder_digest"): r for r in rows}
 
-    def diff_mix_summary(self, tag: str) -> dict[str, tuple[str, list[tuple[str, int]]]]:
-        """Per kernel of a snapshot: a digest of its instruction mix (equal digests, equal mixes) and its
-        group totals. Computed in SQL so that a diff fetches mnemonic rows only for kernels whose mix changed."""
-        self.require_snapshot(tag)
-        rows = self.con.execute(
-            """
-            WITH m AS (SELECT cache_key, mnemonic, grp, sum(count) AS n FROM instr_mix WHERE tag = ? GROUP BY ALL),
-            g AS (SELECT cache_key, grp, sum(n) AS n FROM m GROUP BY ALL)
-            SELECT d.cache_key, d.digest, t.grps, t.ns
-            FROM (SELECT cache_key, md5(string_agg(mnemonic || ' ' || grp || ' ' || n, ',' ORDER BY mnemonic, grp)) AS digest
-                  FROM m GROUP BY cache_key) d
-            JOIN (SELECT cache_key, list(grp ORDER BY grp) AS grps, list(n ORDER BY grp) AS ns
-                  FROM g GROUP BY cache_key) t USING (cache_key)
-            """, [tag]).fetchall()
-        return {key: (digest, list(zip(grps, map(int, ns)))) for key, digest, grps, ns in rows}
-
     def diff_instr_mix(self, tag: str, cache_keys: Sequence[str] | None = None) -> dict[str, list[tuple[str, str, int]]]:
         """Instruction mix of kernels of a snapshot (from the source its analysis chose), as
         cache_key -> [(mnemonic, group, count)]; all kernels, or those of `cache_keys`."""
@@ -547,11 +531,26 @@ class Catalog:
         if cache_keys is not None:
             where += " AND cache_key IN (SELECT unnest(?::VARCHAR[]))"
             params.append(list(cache_keys))
+        # three parallel lists per kernel: far cheaper to bring into Python than a list of structs
         rows = self.con.execute(
-            f"SELECT cache_key, list((mnemonic, grp, count) ORDER BY mnemonic) FROM instr_mix WHERE {where} "
-            "GROUP BY cache_key", params).fetchall()
-        return {key: [tuple(item.values()) if isinstance(item, dict) else tuple(item) for item in mix]
-                for key, mix in rows}
+            f"SELECT cache_key, list(mnemonic ORDER BY mnemonic, grp), list(grp ORDER BY mnemonic, grp), "
+            f"list(count ORDER BY mnemonic, grp) FROM instr_mix WHERE {where} GROUP BY cache_key", params).fetchall()
+        return {key: list(zip(mnemonics, groups, counts)) for key, mnemonics, groups, counts in rows}
+
+    def diff_mnemonic_counts(self, tag: str, cache_keys: Sequence[str]) -> dict[str, dict[str, int]]:
+        """cache_key -> {mnemonic: count} (groups summed) of some kernels of a snapshot: what a diff
+        compares when two mixes' digests differ. Flat rows: cheaper to bring into Python than lists."""
+        self.require_snapshot(tag)
+        rows = self.con.execute(
+            "SELECT cache_key, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key IN (SELECT unnest(?::VARCHAR[]))",
+            [tag, list(cache_keys)]).fetchall()
+        out: dict[str, dict[str, int]] = {}
+        for key, mnemonic, count in rows:  # summed here, not in SQL: GROUP BY costs more than this loop
+            counts = out.get(key)
+            if counts is None:
+                counts = out[key] = {}
+            counts[mnemonic] = counts.get(mnemonic, 0) + count
+        return out
 
     def diff_kernel_files(self, tag: str) -> list[dict[str, Any]]:
         """The files of every kernel folder of a snapshot (to read stage texts from the blob store)."""

@@ -212,23 +212,25 @@ class Side:
     home: Home
     tag: str
     catalog: Catalog
-    kernels: list[dict[str, Any]]
-    # cache_key -> (digest of the mix, [(group, count)]): enough to compare and report unchanged mixes
-    mix_summary: dict[str, tuple[str, list[tuple[str, int]]]]
-    mix: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # filled by load_mix
+    kernels: list[dict[str, Any]]  # with instr_mix_digest and instr_groups: enough for an unchanged mix
+    mnemonics: dict[str, dict[str, int]] = field(default_factory=dict)  # filled by load_mnemonics
     files: dict[str, list[dict[str, Any]]] | None = None  # filled on first use
 
-    def load_mix(self, cache_keys: Iterable[str]) -> None:
-        """Fetch, in one query, the mnemonic rows of the kernels whose mix is needed in full."""
-        missing = [k for k in cache_keys if k not in self.mix]
+    def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
+        """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
+        missing = [k for k in cache_keys if k not in self.mnemonics]
         if missing:
-            got = self.catalog.diff_instr_mix(self.tag, missing)
+            got = self.catalog.diff_mnemonic_counts(self.tag, missing)
             for key in missing:
-                self.mix[key] = got.get(key, [])
+                self.mnemonics[key] = got.get(key, {})
+
+    def mnemonics_of(self, cache_key: str) -> dict[str, int]:
+        self.load_mnemonics([cache_key])
+        return self.mnemonics[cache_key]
 
     def mix_of(self, cache_key: str) -> list[tuple[str, str, int]]:
-        self.load_mix([cache_key])
-        return self.mix[cache_key]
+        """(mnemonic, group, count) rows of one kernel (the deep view)."""
+        return self.catalog.diff_instr_mix(self.tag, [cache_key]).get(cache_key, [])
 
     def load_documents(self, rows: Iterable[dict[str, Any]]) -> None:
         """Add the JSON documents diff_kernels leaves out to some kernel rows (deep views)."""
@@ -270,7 +272,9 @@ class Side:
 @contextlib.contextmanager
 def _loaded_side(home: Home, tag: str, label: str, wait_s: float) -> Iterator[Side]:
     with Catalog.open(home.catalog_path, read_only=True, wait_s=wait_s) as catalog:
-        side = Side(label, home, tag, catalog, catalog.diff_kernels(tag), catalog.diff_mix_summary(tag))
+        kernels = catalog.diff_kernels(tag)
+        kernels.sort(key=lambda k: (k["name"], k["cache_key"]))  # in Python: cheaper than ORDER BY here
+        side = Side(label, home, tag, catalog, kernels)
         for k in side.kernels:
             if k.get("identity") is None:
                 _fill_identity(side, k)
@@ -367,12 +371,16 @@ def _options(k: dict[str, Any]) -> dict[str, Any]:
 def _effective_options(k: dict[str, Any]) -> dict[str, Any]:
     opts = _options(k)
     version = opts.get("triton_version") or k.get("triton_version")
-    values = dict(opts.get("values") or {})
-    return {"backend": opts.get("backend"), "triton_version": version, "values": values}
+    return {"backend": opts.get("backend"), "triton_version": version, "values": opts.get("values") or {}}
 
 
 def _exact(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    raw_a, raw_b = a.get("identity_options"), b.get("identity_options")
+    if isinstance(raw_a, str) and raw_a == raw_b:
+        return True  # the same options document (still undecoded): the same backend and values
     oa, ob = _effective_options(a), _effective_options(b)
+    if oa["backend"] == ob["backend"] and oa["values"] == ob["values"]:
+        return True  # every option equal: no need to look up release defaults
     keys = set(oa["values"]) | set(ob["values"])
     if oa["backend"] != ob["backend"]:
         keys &= set(TUNING_OPTIONS.get(oa["backend"] or "", ())) & set(TUNING_OPTIONS.get(ob["backend"] or "", ()))
@@ -456,26 +464,27 @@ def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat
 
 
 # -- comparison ---------------------------------------------------------------------------------------
+_NUMBERS = (int, float)
+
+
 def _delta(a: Any, b: Any) -> Any:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+    if a is None or b is None:  # the common case for another vendor's columns
+        return None
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS) and not isinstance(a, bool):
         return b - a
     return None
 
 
-def _mix_tables(rows_a: list[tuple[str, str, int]], rows_b: list[tuple[str, str, int]]) -> tuple[dict, dict]:
-    groups: dict[str, dict[str, int]] = {}
-    mnems: dict[str, dict[str, int]] = {}
-    for side, rows in (("a", rows_a), ("b", rows_b)):
-        for mnemonic, grp, count in rows:
-            g = groups.setdefault(grp, {"a": 0, "b": 0})
-            g[side] += count
-            m = mnems.setdefault(mnemonic, {"a": 0, "b": 0})
-            m[side] += count
-    for table in (groups, mnems):
-        for v in table.values():
-            v["delta"] = v["b"] - v["a"]
-    changed = {k: v for k, v in sorted(mnems.items()) if v["delta"]}
-    return dict(sorted(groups.items())), changed
+def _mix_tables(a: dict[str, Any], mnemonics_a: dict[str, int], b: dict[str, Any], mnemonics_b: dict[str, int]
+                ) -> tuple[dict, dict]:
+    """(group -> {a, b, delta} for every group, mnemonic -> {a, b, delta} for mnemonics whose count changed)."""
+    ga, gb = _doc(a, "instr_groups") or {}, _doc(b, "instr_groups") or {}
+    group_table = {g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
+                   for g in sorted(ga.keys() | gb.keys())}
+    changed = {m: {"a": mnemonics_a.get(m, 0), "b": mnemonics_b.get(m, 0),
+                   "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0)}
+               for m in sorted(mnemonics_a.keys() | mnemonics_b.keys()) if mnemonics_a.get(m, 0) != mnemonics_b.get(m, 0)}
+    return group_table, changed
 
 
 def _spills(row: dict[str, Any]) -> int | None:
@@ -485,28 +494,30 @@ def _spills(row: dict[str, Any]) -> int | None:
     return sum(v or 0 for v in values)
 
 
-def _same_mix(sa: Side, a: dict[str, Any] | None, sb: Side, b: dict[str, Any] | None) -> bool:
+def _same_mix(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     """Both kernels have an instruction mix and its digests are equal (no need to read the mnemonics)."""
     if a is None or b is None:
         return False
-    summary_a, summary_b = sa.mix_summary.get(a["cache_key"]), sb.mix_summary.get(b["cache_key"])
-    return summary_a is not None and summary_b is not None and summary_a[0] == summary_b[0]
+    return a.get("instr_mix_digest") is not None and a.get("instr_mix_digest") == b.get("instr_mix_digest")
 
 
 def compare_pair(kd: KernelDiff, sa: Side, sb: Side) -> None:
     a, b = kd.a, kd.b
     assert a is not None and b is not None
+    facts_differ = False
     for m in METRICS:
-        kd.metrics[m] = {"a": a.get(m), "b": b.get(m), "delta": _delta(a.get(m), b.get(m))}
+        va, vb = a.get(m), b.get(m)
+        kd.metrics[m] = {"a": va, "b": vb, "delta": _delta(va, vb)}
+        facts_differ = facts_differ or va != vb
     for m in LIMITERS:
         kd.limiters[m] = {"a": a.get(m), "b": b.get(m)}
-    if _same_mix(sa, a, sb, b):
-        kd.mix_groups = {grp: {"a": n, "b": n, "delta": 0} for grp, n in sa.mix_summary[a["cache_key"]][1]}
+    if _same_mix(a, b):
+        kd.mix_groups = {grp: {"a": n, "b": n, "delta": 0} for grp, n in sorted(_doc(a, "instr_groups").items())}
         kd.mix_mnemonics = {}
     else:
-        kd.mix_groups, kd.mix_mnemonics = _mix_tables(sa.mix_of(a["cache_key"]), sb.mix_of(b["cache_key"]))
+        kd.mix_groups, kd.mix_mnemonics = _mix_tables(a, sa.mnemonics_of(a["cache_key"]), b, sb.mnemonics_of(b["cache_key"]))
     kd.first_changed_stage = first_changed_stage(sa, a, sb, b)
-    facts_differ = any(v["a"] != v["b"] for v in kd.metrics.values()) or bool(kd.mix_mnemonics)
+    facts_differ = facts_differ or bool(kd.mix_mnemonics)
     kd.status = "changed" if facts_differ else "matched"
     if kd.status == "changed":
         kd.verdict, kd.severity = classify(kd)
@@ -592,9 +603,9 @@ def diff_sides(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[
     key = "identity_any_target" if across_targets else "identity"
     kernels = match(sa.kernels, sb.kernels, key)
     # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
-    differ = [kd for kd in kernels if kd.status == "changed" and not _same_mix(sa, kd.a, sb, kd.b)]
-    sa.load_mix(kd.a["cache_key"] for kd in differ)
-    sb.load_mix(kd.b["cache_key"] for kd in differ)
+    differ = [kd for kd in kernels if kd.status == "changed" and not _same_mix(kd.a, kd.b)]
+    sa.load_mnemonics(kd.a["cache_key"] for kd in differ)
+    sb.load_mnemonics(kd.b["cache_key"] for kd in differ)
     for kd in kernels:
         if kd.status == "changed":  # paired; compare_pair decides matched/changed
             compare_pair(kd, sa, sb)

@@ -86,6 +86,26 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
     assert kdb(capsys, home, "verify").code == 0
 
 
+def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot, tmp_path, capsys):
+    """Rows written before 004 get their instr_mix_digest and instr_groups from the migration's SQL;
+    those must equal what kdb/analysis.py computes at ingest, or a diff across the two would see changes."""
+    home = tmp_path / "home"
+    names = [n for n in ("t3.4.0-gfx942", "t3.4.0-sm90") if n in load_manifest()["snapshots"]]
+    for name in names:
+        assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    cols = "SELECT folder_digest, instr_mix_digest, instr_groups::VARCHAR FROM kernel_analysis ORDER BY folder_digest"
+    at_ingest = con.execute(cols).fetchall()
+    assert at_ingest and all(d is not None for _, d, _ in at_ingest)
+    sql = next(text for version, _, text in schema_files() if version == 4)
+    con.execute("UPDATE kernel_analysis SET instr_mix_digest = NULL, instr_groups = NULL")
+    con.execute(sql[sql.index("UPDATE kernel_analysis"):])
+    migrated = con.execute(cols).fetchall()
+    con.close()
+    assert [(f, d) for f, d, _ in migrated] == [(f, d) for f, d, _ in at_ingest]
+    assert [json.loads(g) for _, _, g in migrated] == [json.loads(g) for _, _, g in at_ingest]
+
+
 @pytest.mark.parametrize("name", AMD)
 def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, unpack_snapshot, tmp_path, capsys):
     """`; Kernel info` (Triton 3.2+) and the `.amdgpu_metadata` YAML are the compiler's own account."""

@@ -273,3 +273,27 @@ def test_kernel_deep_view(corpus_home, capsys):
     text = kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "matmul_kernel").out
     assert "normalised ISA" in text and "instruction mix" in text
     assert kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "nope*").code == ExitCode.USAGE
+
+
+def test_mix_digest_shortcut_gives_the_same_report_as_comparing_every_mnemonic(corpus_home, capsys, monkeypatch):
+    """The diff skips the mnemonic rows of pairs whose stored mix digests are equal; turning that off
+    (every pair's mnemonic counts fetched and compared) must not change a byte of the report."""
+    import kdb.diff as engine
+
+    same = engine._same_mix
+    seen = {True: 0, False: 0}
+
+    def counting(a, b):
+        result = same(a, b)
+        seen[result] += 1
+        return result
+
+    cases = [(a, b, across) for a, b, across in available_pairs()] + [(PAIRS[0][0], PAIRS[0][0], False)]
+    for a, b, across in cases:
+        args = (a, b, "--across-targets") if across else (a, b)
+        monkeypatch.setattr(engine, "_same_mix", counting)
+        fast = kdb(capsys, corpus_home, "diff", *args, "--format", "json")
+        monkeypatch.setattr(engine, "_same_mix", lambda x, y: False)
+        full = kdb(capsys, corpus_home, "diff", *args, "--format", "json")
+        assert (fast.code, fast.out) == (full.code, full.out), (a, b)
+    assert seen[True] > 0 and seen[False] > 0  # both paths were taken
