@@ -14,10 +14,10 @@ import time
 
 started = time.perf_counter()
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-from kdb import diff as engine  # noqa: E402
-from kdb.home import Home  # noqa: E402
+from kdb import diff as engine
+from kdb.home import Home
 
 
 def main() -> int:

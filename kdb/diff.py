@@ -24,8 +24,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
-import json
 import functools
+import json
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -36,7 +36,6 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
-from kdb.normalize import STAGE_KINDS, metadata_view, normalise_stage
 from kdb.identity import (
     _UNKNOWN,
     TUNING_OPTIONS,
@@ -44,6 +43,7 @@ from kdb.identity import (
     option_default,
     options_compatible,
 )
+from kdb.normalize import STAGE_KINDS, metadata_view, normalise_stage
 from kdb.parsers.triton_json import parse_kernel_json
 
 # Facts compared per matched pair, in display order.

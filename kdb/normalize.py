@@ -19,7 +19,7 @@ _QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
 # `loc(#loc12)`: nearly every location Triton prints; anything else goes through the balanced scanner.
 _SIMPLE_LOC = re.compile(r"(?<![\w.])loc\(#[\w.$-]*\)")
 # whitespace left before `,` `)` or the end of a line once a location is gone
-_LOC_GAP = re.compile(r"[^\S\n]+(?=[,)]|$)", re.M)
+_LOC_GAP = re.compile(r"[^\S\n]+(?=[,)]|$)", re.MULTILINE)
 # runs of blanks other than one plain space (those need no change: most of them, in assembly)
 _BLANKS = re.compile(r"[^\S\n]{2,}|[^\S \n]")
 
@@ -94,7 +94,7 @@ def _normalise_llir(text: str) -> str:
     labels: dict[str, str] = {}
     for line in text.splitlines():
         st = (line.split(";", 1)[0] if not line.lstrip().startswith('"') else line).strip()
-        if not st or st.startswith(("!", "source_filename")) or "llvm.dbg." in st or st.startswith("#dbg_"):
+        if not st or st.startswith(("!", "source_filename", "#dbg_")) or "llvm.dbg." in st:
             continue
         if st[0].isdigit() and (label := _LLIR_LABEL.match(st)):  # `7:` starts a basic block
             name = labels.setdefault(label.group(0), f"L{len(labels)}")
