@@ -7,6 +7,7 @@ transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb 
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import signal
 import socket
@@ -186,7 +187,11 @@ def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
     window = 8 * workers
-    with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+    # Spawned, not forked: a forked worker starts with a copy of this process (the walk of a 10k-kernel
+    # cache, the staging buffers), and copy-on-write turns those pages private as refcounts change;
+    # measured at 10k kernels, two forked workers held ~260 MB PSS, spawned ones a fraction of that.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         pending: deque[Future[GroupResult]] = deque()
         for key, files, analyze in groups:
             pending.append(pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze,
