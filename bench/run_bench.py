@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = f"{ratio * 100:.2f}%" if "growth" in name else f"{ratio:.2f}×"
         print(f"| {name} | {fig} | {shown} | {target} | {ok} |")
     print(f"\nstore allocated on disk after first ingest: {s1_alloc / MB:.0f} MB (4 KiB blocks per blob); "
-          f"after {args.snapshots} snapshots: {s4 / MB:.0f} MB; other peaks: "
+          f"apparent size after {args.snapshots} snapshots: {s4 / MB:.0f} MB; other peaks: "
           + ", ".join(f"{r.label} {r.tree_pss / MB:.0f} MB" for r in (base, diff, q)))
     if args.json:
         args.json.write_text(json.dumps({"kernels": args.kernels, "raw_bytes": raw, "files": nfiles,
