@@ -528,19 +528,18 @@ class Catalog:
         )
         return {r.pop("folder_digest"): r for r in rows}
 
-    def diff_instr_mix(self, tag: str, cache_keys: Sequence[str] | None = None) -> dict[str, list[tuple[str, str, int]]]:
-        """Instruction mix of kernels of a snapshot (from the source its analysis chose), as
-        cache_key -> [(mnemonic, group, count)]; all kernels, or those of `cache_keys`."""
+    def diff_instr_mix(self, tag: str, cache_keys: Sequence[str]) -> dict[str, list[tuple[str, str, int]]]:
+        """Instruction mix of some kernels of a snapshot (from the source its analysis chose), as
+        cache_key -> [(mnemonic, group, count)] (a deep view's side-by-side table)."""
         self.require_snapshot(tag)
-        where, params = "tag = ?", [tag]
-        if cache_keys is not None:
-            where += " AND cache_key IN (SELECT unnest(?::VARCHAR[]))"
-            params.append(list(cache_keys))
-        # three parallel lists per kernel: far cheaper to bring into Python than a list of structs
         rows = self.con.execute(
-            f"SELECT cache_key, list(mnemonic ORDER BY mnemonic, grp), list(grp ORDER BY mnemonic, grp), "
-            f"list(count ORDER BY mnemonic, grp) FROM instr_mix WHERE {where} GROUP BY cache_key", params).fetchall()
-        return {key: list(zip(mnemonics, groups, counts)) for key, mnemonics, groups, counts in rows}
+            "SELECT cache_key, mnemonic, grp, count FROM instr_mix WHERE tag = ? "
+            "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, mnemonic, grp",
+            [tag, list(cache_keys)]).fetchall()
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for key, mnemonic, grp, count in rows:
+            out.setdefault(key, []).append((mnemonic, grp, count))
+        return out
 
     def diff_mnemonic_counts(self, tag: str, cache_keys: Sequence[str]) -> dict[str, dict[str, int]]:
         """cache_key -> {mnemonic: count} (groups summed) of some kernels of a snapshot: what a diff

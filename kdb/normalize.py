@@ -100,12 +100,8 @@ def _normalise_llir(text: str) -> str:
             name = labels.setdefault(label.group(0), f"L{len(labels)}")
             st = name + st[label.end():]
         kept.append(st)
-    return _llir_tail("\n".join(kept))
-
-
-def _llir_tail(body: str) -> str:
     # Line filtering leaves no line starting with `!`, so the attachment pattern cannot span lines.
-    body = _DBG_PRINTED.sub("", body)
+    body = _DBG_PRINTED.sub("", "\n".join(kept))
     if "!dbg" in body:  # `define ... !dbg !4 {`: a handful of lines
         body = "\n".join(_DBG_ATTACHMENT.sub("", ln) if "!dbg" in ln else ln for ln in body.split("\n"))
     body = _QUOTED_PATH.sub('"<path>"', body)
