@@ -97,6 +97,10 @@ def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot
     cols = "SELECT folder_digest, instr_mix_digest, instr_groups::VARCHAR FROM kernel_analysis ORDER BY folder_digest"
     at_ingest = con.execute(cols).fetchall()
     assert at_ingest and all(d is not None for _, d, _ in at_ingest)
+    # group totals add up to the instruction count of the same source (whose mnemonic counts the AMD and
+    # NVIDIA analysis tests check against llvm-objdump / cuobjdump)
+    counts = dict(con.execute("SELECT folder_digest, instr_count FROM kernel_analysis").fetchall())
+    assert all(sum(json.loads(g).values()) == counts[f] for f, _, g in at_ingest)
     sql = next(text for version, _, text in schema_files() if version == 4)
     con.execute("UPDATE kernel_analysis SET instr_mix_digest = NULL, instr_groups = NULL")
     con.execute(sql[sql.index("UPDATE kernel_analysis"):])
