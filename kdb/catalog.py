@@ -543,17 +543,22 @@ class Catalog:
 
     def diff_mnemonic_counts(self, tag: str, cache_keys: Sequence[str]) -> dict[str, dict[str, int]]:
         """cache_key -> {mnemonic: count} (groups summed) of some kernels of a snapshot: what a diff
-        compares when two mixes' digests differ. Flat rows: cheaper to bring into Python than lists."""
+        compares when two mixes' digests differ. One "mnemonic count ..." string per kernel: at 10k
+        kernels, 3x cheaper to bring into Python than 600k rows (mnemonics never hold a space)."""
         self.require_snapshot(tag)
         rows = self.con.execute(
-            "SELECT cache_key, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key IN (SELECT unnest(?::VARCHAR[]))",
+            "SELECT cache_key, string_agg(mnemonic || ' ' || count, ' ') FROM instr_mix "
+            "WHERE tag = ? AND cache_key IN (SELECT unnest(?::VARCHAR[])) GROUP BY cache_key",
             [tag, list(cache_keys)]).fetchall()
         out: dict[str, dict[str, int]] = {}
-        for key, mnemonic, count in rows:  # summed here, not in SQL: GROUP BY costs more than this loop
-            counts = out.get(key)
-            if counts is None:
-                counts = out[key] = {}
-            counts[mnemonic] = counts.get(mnemonic, 0) + count
+        for key, joined in rows:
+            parts = joined.split(" ")
+            counts = dict(zip(parts[::2], map(int, parts[1::2])))
+            if 2 * len(counts) != len(parts):  # a mnemonic in two groups (MUBUF scratch and global): sum
+                counts = {}
+                for mnemonic, count in zip(parts[::2], map(int, parts[1::2])):
+                    counts[mnemonic] = counts.get(mnemonic, 0) + count
+            out[key] = counts
         return out
 
     def diff_kernel_files(self, tag: str) -> list[dict[str, Any]]:

@@ -481,9 +481,11 @@ def _mix_tables(a: dict[str, Any], mnemonics_a: dict[str, int], b: dict[str, Any
     ga, gb = _doc(a, "instr_groups") or {}, _doc(b, "instr_groups") or {}
     group_table = {g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
                    for g in sorted(ga.keys() | gb.keys())}
+    # (mnemonic, count) pairs in one mix and not the other: the set operation runs in C, so only the
+    # mnemonics whose count changed are visited here
+    differing = sorted({m for m, _ in mnemonics_a.items() ^ mnemonics_b.items()})
     changed = {m: {"a": mnemonics_a.get(m, 0), "b": mnemonics_b.get(m, 0),
-                   "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0)}
-               for m in sorted(mnemonics_a.keys() | mnemonics_b.keys()) if mnemonics_a.get(m, 0) != mnemonics_b.get(m, 0)}
+                   "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0)} for m in differing}
     return group_table, changed
 
 
@@ -617,8 +619,13 @@ def diff_sides(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[
                 fired.append(r)
     fired = [r.text for r in rules if r.text in fired]
     order = {s: i for i, s in enumerate(STATUSES)}
-    kernels.sort(key=lambda k: (-k.severity if k.regressed else 0, 0 if k.regressed else 1,
-                                order[k.status] if not k.regressed else 0, k.name, k.a_cache_key or "", k.b_cache_key or ""))
+
+    def report_order(k: KernelDiff) -> tuple[Any, ...]:
+        regressed = k.regressed
+        return (-k.severity if regressed else 0, 0 if regressed else 1, 0 if regressed else order[k.status], k.name,
+                k.a_cache_key or "", k.b_cache_key or "")
+
+    kernels.sort(key=report_order)
     result = DiffResult(sa.label, sb.label, across_targets, kernels, rules, fired, len(sa.kernels), len(sb.kernels),
                         _targets(sa.kernels), _targets(sb.kernels), min_match=min_match)
     result.trust_problem = trust_problem(result)
