@@ -137,7 +137,7 @@ def _mix_summary(out: FolderAnalysis, row: dict[str, Any]) -> None:
     """Digest and group totals of the mix `kdb diff` compares (the instr_source one); migration 004
     computes the same two values in SQL for rows written before it."""
     mix = sorted((r["mnemonic"], r["grp"], r["count"]) for r in out.rows.get("instr_mix_counts", [])
-                 if r["source"] == row.get("instr_source") and r["folder_digest"] == row["folder_digest"])
+                 if r["source"] == row.get("instr_source"))
     if not mix:
         return
     groups: dict[str, int] = {}

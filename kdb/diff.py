@@ -513,11 +513,11 @@ def compare_pair(kd: KernelDiff, sa: Side, sb: Side) -> None:
         facts_differ = facts_differ or va != vb
     for m in LIMITERS:
         kd.limiters[m] = {"a": a.get(m), "b": b.get(m)}
-    if _same_mix(a, b):
-        kd.mix_groups = {grp: {"a": n, "b": n, "delta": 0} for grp, n in sorted(_doc(a, "instr_groups").items())}
-        kd.mix_mnemonics = {}
+    if _same_mix(a, b):  # equal digests: no mnemonic count changed, none needs reading
+        mnemonics_a = mnemonics_b = {}
     else:
-        kd.mix_groups, kd.mix_mnemonics = _mix_tables(a, sa.mnemonics_of(a["cache_key"]), b, sb.mnemonics_of(b["cache_key"]))
+        mnemonics_a, mnemonics_b = sa.mnemonics_of(a["cache_key"]), sb.mnemonics_of(b["cache_key"])
+    kd.mix_groups, kd.mix_mnemonics = _mix_tables(a, mnemonics_a, b, mnemonics_b)
     kd.first_changed_stage = first_changed_stage(sa, a, sb, b)
     facts_differ = facts_differ or bool(kd.mix_mnemonics)
     kd.status = "changed" if facts_differ else "matched"

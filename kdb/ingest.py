@@ -13,8 +13,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from kdb import __version__
-from kdb.analysis import ANALYSIS_TABLES, TABLE_COLUMNS, AnalysisOptions, FolderAnalysis, FolderFile, analyze_folder
+from kdb.analysis import (
+    ANALYSIS_TABLES,
+    TABLE_COLUMNS,
+    AnalysisOptions,
+    FolderAnalysis,
+    FolderFile,
+    analyze_folder,
+)
 from kdb.catalog import Catalog, Staging, Table
 from kdb.errors import InputError, TagError, UsageError
 from kdb.home import Home
@@ -154,8 +161,9 @@ def _groups(files: list[WalkedFile]) -> list[tuple[str | None, list[WalkedFile],
 def _die_with_parent(parent_pid: int) -> None:
     """Worker initializer: exit when the ingest process dies (e.g. SIGKILL).
 
-    Forked workers inherit the descriptor of write.lock; an orphaned worker, idle forever on its task
-    queue, would hold the lock and leave every later writer of this home "catalog busy".
+    An orphaned worker would go on storing blobs and running nvdisasm for an ingest that can no longer
+    record them (and, when workers were forked, it held write.lock, leaving every later writer of this
+    home "catalog busy"); it should stop when the ingest does.
     """
     try:
         import ctypes
@@ -189,7 +197,7 @@ def _run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile
     window = 8 * workers
     # Spawned, not forked: a forked worker starts with a copy of this process (the walk of a 10k-kernel
     # cache, the staging buffers), and copy-on-write turns those pages private as refcounts change;
-    # measured at 10k kernels, two forked workers held ~260 MB PSS, spawned ones a fraction of that.
+    # measured at 10k kernels, two forked workers held ~260 MB PSS, two spawned ones ~150 MB.
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         pending: deque[Future[GroupResult]] = deque()
