@@ -84,6 +84,10 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
         assert catalog.con.execute("SELECT count(*) FROM folder_sets").fetchone()[0] == per_snapshot
     assert kdb(capsys, home, "sql", rows, "--format", "json").json() == before
     assert kdb(capsys, home, "verify").code == 0
+    # the migration's SQL digest and the ingest's digest agree: the same folders again make no new set
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "z", "-q").code == 0
+    sets = kdb(capsys, home, "sql", "SELECT count(DISTINCT set_digest) AS n FROM folder_sets", "--format", "json")
+    assert sets.json() == [{"n": 1}]
 
 
 def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot, tmp_path, capsys):
