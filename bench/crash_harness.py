@@ -243,9 +243,11 @@ class Harness:
         self.expected_full = (self.entry["kernel_count"], self.entry["file_count"])
 
         # Calibrate: the uninterrupted commands, timed, on the homes the trials start from.
-        started = time.monotonic()
-        self.expect_ok("setup", self.kdb_process("setup", self.work, "--version"))
-        self.startup_s = time.monotonic() - started  # interpreter start and imports, before any command runs
+        self.startup_s = float("inf")  # interpreter start and imports, before any command runs
+        for _ in range(2):
+            started = time.monotonic()
+            self.expect_ok("setup", self.kdb_process("setup", self.work, "--version"))
+            self.startup_s = min(self.startup_s, time.monotonic() - started)
         home = self.new_home()
         started = time.monotonic()
         self.expect_ok("setup", self.kdb_process("setup", home, "ingest", str(self.cache), "--tag", TAG, "-q"))
@@ -262,13 +264,18 @@ class Harness:
         self.expected_half = (summary["kernels"], summary["files"])
         self.half_hashes = tree_hashes(self.half)
 
-        home = self.copy_base()
-        started = time.monotonic()
-        self.expect_ok("setup", self.kdb_process("setup", home, "rm", "full"))
-        self.rm_s = time.monotonic() - started
-        started = time.monotonic()
-        self.expect_ok("setup", self.kdb_process("setup", home, "gc"))
-        self.gc_s = time.monotonic() - started
+        # rm and gc take a few tenths of a second, so one slow first run would put most kills after the
+        # command ended: the shortest of three runs sets the window the kill delays are drawn from.
+        self.rm_s = self.gc_s = float("inf")
+        for _ in range(3):
+            home = self.copy_base()
+            started = time.monotonic()
+            self.expect_ok("setup", self.kdb_process("setup", home, "rm", "full"))
+            self.rm_s = min(self.rm_s, time.monotonic() - started)
+            started = time.monotonic()
+            self.expect_ok("setup", self.kdb_process("setup", home, "gc"))
+            self.gc_s = min(self.gc_s, time.monotonic() - started)
+            shutil.rmtree(home, ignore_errors=True)
         if self.report.inconsistencies:
             raise RuntimeError("setup failed:\n" + self.report.summary())
         self.log(f"snapshot {self.snapshot}: {self.expected_full[0]} kernels, {self.expected_full[1]} files; "
@@ -410,8 +417,13 @@ class Harness:
 
 
 def run(trials: dict[str, int], seed: int, *, workdir: Path | None = None, snapshot: str | None = None,
-        replay: list[tuple[str, int]] | None = None, log: Callable[[str], None] = print) -> Report:
-    """Run the trials (kind -> count) with seeds drawn from `seed`, or exactly the `replay` (kind, seed) list."""
+        replay: list[tuple[str, int]] | None = None, min_killed: dict[str, int] | None = None,
+        log: Callable[[str], None] = print) -> Report:
+    """Run the trials (kind -> count) with seeds drawn from `seed`, or exactly the `replay` (kind, seed) list.
+
+    `min_killed` (kind -> count): where fewer trials of a kind than that were killed before finishing
+    (a fast machine can finish a short rm before most drawn delays), run more trials of it, with
+    seeds drawn from the same master, up to four times the planned number."""
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="kdb-crash-")
@@ -419,12 +431,18 @@ def run(trials: dict[str, int], seed: int, *, workdir: Path | None = None, snaps
     try:
         harness = Harness(workdir, snapshot, log)
         harness.setup()
+        master = random.Random(seed)
         if replay is None:
-            master = random.Random(seed)
             replay = [(kind, master.randrange(2**31)) for kind in KINDS for _ in range(trials.get(kind, 0))]
         log(f"master seed {seed}; trial seeds: {' '.join(f'{k}:{s}' for k, s in replay)}")
         for kind, trial_seed in replay:
             harness.trial(kind, trial_seed)
+        for kind, wanted in (min_killed or {}).items():
+            cap = 4 * max(trials.get(kind, 0), wanted)
+            while harness.report.killed[kind] < wanted and harness.report.trials[kind] < cap:
+                extra = master.randrange(2**31)
+                log(f"too few {kind} trials killed mid-run ({harness.report.killed[kind]} of {wanted}): one more")
+                harness.trial(kind, extra)  # its seed is in the trial's log line
         return harness.report
     finally:
         if tmp is not None:

@@ -72,12 +72,18 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 60) -> bool:
 def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
     """bench/crash_harness.py with fewer trials: each kill leaves a verifiable home, the redo succeeds."""
     lines: list[str] = []
-    report = crash_harness.run({"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, log=lines.append)
+    # Kill delays are random, and rm/gc last a few tenths of a second: on a fast or a noisy machine
+    # some runs finish before their kill. The harness adds trials until enough of each kind were
+    # really killed before finishing, and this test fails if even the extra trials do not get there.
+    wanted = {"ingest": 4, "rm": 2, "gc": 2}
+    report = crash_harness.run({"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, min_killed=wanted,
+                               log=lines.append)
     summary = "\n".join(lines) + "\n" + report.summary()
-    assert sum(report.trials.values()) == 12, summary
+    assert sum(report.trials.values()) >= 12, summary
     assert report.inconsistencies == [], summary
     assert report.tracebacks == [], summary
-    assert sum(report.killed.values()) >= 6, summary  # most trials must really be killed mid-run
+    for kind, count in wanted.items():
+        assert report.killed[kind] >= count, summary
 
 
 def test_ingest_killed_before_migrations_leaves_verifiable_home(tmp_path, capsys):
