@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -56,6 +57,18 @@ def _lock_held(home: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+def _file_locked_by_other(path: Path) -> bool:
+    """Whether another process holds a POSIX lock on `path` (DuckDB locks its whole database file);
+    F_GETLK only asks, so the probe never takes the lock from under the process being watched."""
+    request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, request)
+    finally:
+        os.close(fd)
+    return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 60) -> bool:
@@ -222,7 +235,7 @@ def test_ingest_waits_for_open_duckdb_shell_within_wait(amd, tmp_path, capsys):
     shell = subprocess.Popen([exe, "-readonly", str(home / "catalog.duckdb")], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     try:
-        time.sleep(1.0)  # let the shell open the catalog
+        assert _wait_for(lambda: _file_locked_by_other(home / "catalog.duckdb"), shell, 30), "the shell never opened the catalog"
         started = time.monotonic()
         r = kdb_subprocess(home, "--wait", "1", "ingest", str(cache), "--tag", "refused", "-q")
         elapsed = time.monotonic() - started
