@@ -13,9 +13,10 @@ ingest  `kdb ingest CACHE --tag T -q` on a fresh home, killed at a random moment
 rm      a home with two snapshots (`full` = the cache, `half` = every other kernel folder of it);
         `kdb rm full` killed at a random moment. Then: verify clean, `full` complete or absent, `half`
         complete; `kdb rm full` + `kdb gc` finish; `half` exports byte-identical.
-gc      the same home after a completed `kdb rm full`; `kdb gc` killed at a random moment. Then:
-        verify clean, `half` complete; `kdb gc` finishes and leaves no unreferenced blob; `half`
-        exports byte-identical.
+gc      the same home after a completed `kdb rm full`; `kdb gc --compact` (which also rewrites the
+        catalog into a copy and renames it over the old one) killed at a random moment. Then: verify
+        clean, `half` complete; `kdb gc` finishes and leaves no unreferenced blob and no catalog copy;
+        `half` exports byte-identical.
 
 Only the kdb process itself is killed (as a crash or the OOM killer would); its worker processes
 must not outlive it. Every trial has its own seed, printed with the kill delay, so any failure can
@@ -42,6 +43,8 @@ from pathlib import Path
 
 import duckdb
 import zstandard
+
+from kdb.home import Home
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -273,7 +276,7 @@ class Harness:
             self.expect_ok("setup", self.kdb_process("setup", home, "rm", "full"))
             self.rm_s = min(self.rm_s, time.monotonic() - started)
             started = time.monotonic()
-            self.expect_ok("setup", self.kdb_process("setup", home, "gc"))
+            self.expect_ok("setup", self.kdb_process("setup", home, "gc", "--compact"))
             self.gc_s = min(self.gc_s, time.monotonic() - started)
             shutil.rmtree(home, ignore_errors=True)
         if self.report.inconsistencies:
@@ -307,6 +310,8 @@ class Harness:
         if no_orphans and (report["unreferenced_blobs"] or report["temporaries"]):
             self.bad(context, f"after a completed gc: {report['unreferenced_blobs']} unreferenced blobs, "
                               f"{report['temporaries']} temporaries remain")
+        if no_orphans and Home(home).compact_path.exists():
+            self.bad(context, "after a completed gc: a leftover catalog copy remains")
 
     def expect_store_intact(self, context: str, home: Path) -> None:
         for problem in check_store(home / "objects"):
@@ -402,7 +407,7 @@ class Harness:
         home = self.copy_base()
         self.expect_ok(context, self.kdb(context, home, "rm", "full"))
         delay = self._delay(rng, self.gc_s)
-        killed = self.kill_during(context, home, delay, "gc")
+        killed = self.kill_during(context, home, delay, "gc", "--compact")  # --compact: the catalog copy is killed too
         self.expect_verify_clean(context, home)
         self.expect_store_intact(context, home)
         if self.state(context, home, "full") is not None:

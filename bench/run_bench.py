@@ -9,7 +9,8 @@ Steps (every kdb command runs as a subprocess, `kdb` CLI, its own fresh home und
   3. `kdb ingest A --tag a0` (first ingest) -> time, store size (objects + catalog);
   4. `kdb ingest A --tag a1` (re-ingest, unchanged) -> time ratio vs 3, store growth;
   5. `kdb ingest B --tag b` (5% changed) -> time, store growth;
-  6. `kdb diff a0 b` -> time;
+  6. `kdb diff a0 b` -> time (and the same diff with every mix compared), then `kdb gc` -> store growth
+     once the catalog's free blocks are compacted away;
   7. more ingests of A until the catalog holds --snapshots snapshots, then
      `kdb sql "SELECT arch, count(*), avg(vgpr_count), max(scratch_bytes) FROM kernels GROUP BY arch"` -> time.
 Memory: every command's process tree (ingest forks worker processes) is sampled every 50 ms; reported
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"    {diff_summary}")
     full = run("kdb diff a0 b, every mix compared", [sys.executable, str(BENCH / "diff_full_compare.py"), str(home), "a0", "b"], env)
     print(f"    {full.stdout.strip()}")
+    # DuckDB leaves the blocks of the ingest's transaction free in the catalog; gc copies them away.
+    gc = run("kdb gc (after the 5%-changed ingest)", kdb + ["gc"], env)
+    print(f"    {gc.stdout.strip()}")
+    s3_gc, _ = store_bytes(home)
 
     fills = []
     for i in range(2, args.snapshots - 1):
@@ -191,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         ("re-ingest store growth", f"+{(s2 - s1) / MB:.1f} MB", (s2 - s1) / s1, "< 1%"),
         ("5%-changed ingest time", f"{chg.seconds:.1f} s vs {first.seconds:.1f} s", chg.seconds / first.seconds, "—"),
         ("5%-changed store growth", f"+{(s3 - s2) / MB:.1f} MB", (s3 - s2) / s2, "—"),
+        ("5%-changed store growth after kdb gc", f"+{(s3_gc - s2) / MB:.1f} MB (gc {gc.seconds:.1f} s)",
+         (s3_gc - s2) / s2, "—"),
         ("diff a0 b", f"{diff.seconds:.2f} s (rc {diff.rc})", diff.seconds / 2.0, "< 2 s"),
         ("diff a0 b, every mix compared", f"{full.seconds:.2f} s (rc {full.rc})", full.seconds / 2.0, "(< 2 s)"),
         (f"summary query, {count.stdout.split()[-1] if count.stdout.split() else '?'} snapshots",
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## Results: {args.kernels} kernels ({args.sources!r}), cache {raw / MB:.0f} MB / {nfiles} files, {os.cpu_count()} CPUs\n")
     print("| measure | kdb vs baseline | ratio (diff/query/memory: × target) | target | met |")
     print("|---|---|---|---|---|")
-    limits = [1.5, 1.5, 1.0, 0.1, 0.01, None, None, 1.0, 1.0, 1.0, 1.0]
+    limits = [1.5, 1.5, 1.0, 0.1, 0.01, None, None, None, 1.0, 1.0, 1.0, 1.0]
     for (name, fig, ratio, target), lim in zip(rows, limits):
         ok = "—" if lim is None else ("yes" if ratio <= lim else "**no**")
         shown = f"{ratio * 100:.2f}%" if "growth" in name else f"{ratio:.2f}×"
@@ -211,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{r.label} {r.tree_pss / MB:.0f} MB" for r in (base, diff, q)))
     if args.json:
         args.json.write_text(json.dumps({"kernels": args.kernels, "raw_bytes": raw, "files": nfiles,
-                                         "archive_bytes": arch_size, "store": [s1, s2, s3, s4],
+                                         "archive_bytes": arch_size, "store": [s1, s2, s3, s3_gc, s4],
                                          "runs": [r.__dict__ | {"stdout": r.stdout[-2000:]} for r in
-                                                  [base, *ingests, diff, full, count, q, startup]]}, indent=1))
+                                                  [base, *ingests, diff, full, gc, count, q, startup]]}, indent=1))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -484,6 +484,36 @@ class Catalog:
             self.con.execute(f"DELETE FROM blobs WHERE {unused}")
         return n
 
+    # -- compaction (`kdb gc`) ---------------------------------------------------------------------
+    def space(self) -> tuple[int, int]:
+        """(free bytes, total bytes) of the catalog file: DuckDB keeps the blocks a large commit or a
+        delete left free and reuses them for later writes, but never gives them back to the file system."""
+        block, total, free = self.con.execute(
+            "SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
+            "WHERE database_name = current_database()").fetchone()
+        return free * block, total * block
+
+    def copy_into(self, dest: Path) -> None:
+        """Write every table, view and row of this catalog into a new file `dest` (same storage version
+        and block size), leaving the free blocks behind. Checked: each table has as many rows in the copy."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in (dest, Path(str(dest) + ".wal")):
+            leftover.unlink(missing_ok=True)
+        source = self.con.execute("SELECT current_database()").fetchone()[0]
+        tables = [r[0] for r in self.con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY 1").fetchall()]
+        self.con.execute("ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE])
+        try:
+            self.con.execute(f'COPY FROM DATABASE "{source}" TO compacted')
+            for table in tables:
+                a, b = self.con.execute(f'SELECT (SELECT count(*) FROM "{source}".main."{table}"), '
+                                        f'(SELECT count(*) FROM compacted.main."{table}")').fetchone()
+                if a != b:
+                    raise KdbError(f"catalog copy is incomplete: table {table} has {b} of {a} rows")
+            self.con.execute("CHECKPOINT compacted")
+        finally:
+            self.con.execute("DETACH compacted")
+
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run a user's SQL (the user's own text by design: `kdb sql`), on a read-only connection."""
         try:

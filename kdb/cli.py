@@ -179,17 +179,20 @@ def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
 
 
 @app.command()
-def gc(fmt: FormatOpt = "table") -> None:
-    """Delete blobs no snapshot references and report the bytes freed."""
+def gc(
+    fmt: FormatOpt = "table",
+    compact: Annotated[bool, typer.Option("--compact", help="copy the catalog without its free space even "
+                                          "when less than a quarter of it is free")] = False,
+) -> None:
+    """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
     from kdb.maintenance import collect_garbage
 
     fmt = _fmt(fmt, ("table", "json"))
-    result = collect_garbage(state.home, state.wait)
+    result = collect_garbage(state.home, state.wait, compact=compact)
     if fmt == "json":
         _out(render.to_json(result.__dict__))
     else:
-        _out(f"gc: deleted {result.blobs_deleted} blobs and {result.temporaries_deleted} temporaries, "
-             f"freed {render.human_bytes(result.bytes_freed)}\n")
+        _out(render.gc_summary(result))
 
 
 @app.command()

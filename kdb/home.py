@@ -41,6 +41,12 @@ class Home:
         return self.root / "tmp" / "ingest-staging.duckdb"
 
     @property
+    def compact_path(self) -> Path:
+        """Where `kdb gc` writes the compacted copy of the catalog before renaming it over the catalog
+        (under the home, so the rename stays on one file system)."""
+        return self.root / "tmp" / "catalog-compacting.duckdb"
+
+    @property
     def lock_path(self) -> Path:
         return self.root / LOCK_NAME
 

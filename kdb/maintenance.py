@@ -24,19 +24,40 @@ def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
         catalog.delete_snapshot(tag)
 
 
+# DuckDB never shrinks its file: a 5%-changed ingest or a removed snapshot can leave a third of the
+# catalog as free blocks. Copying it is cheap (seconds at 10k kernels) but not free, so gc copies only
+# when at least this share of the file is free, or when asked to (`kdb gc --compact`).
+COMPACT_FREE_SHARE = 0.25
+
+
 @dataclass(frozen=True)
 class GcResult:
     blobs_deleted: int
-    bytes_freed: int
+    bytes_freed: int  # store bytes: blobs and temporaries (the catalog's own change is reported apart)
     temporaries_deleted: int
+    catalog_compacted: bool = False
+    catalog_bytes_before: int = 0
+    catalog_bytes_after: int = 0
 
 
-def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
-    """Delete blobs no snapshot references: catalog rows first, then files, so the catalog never names a missing blob."""
+def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) -> GcResult:
+    """Delete blobs no snapshot references: catalog rows first, then files, so the catalog never names a missing blob.
+
+    Then compact the catalog (see COMPACT_FREE_SHARE): a full copy is written beside it and renamed over
+    it, so a kill leaves either the old file or the copy, each complete; readers that opened the old
+    file keep reading it (its content equals the copy's)."""
     with write_lock(home.lock_path, lock_wait_s):
+        catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.drop_unreferenced()
             keep = catalog.all_blob_hashes()
+            free, total = catalog.space()
+            compact = compact or free >= COMPACT_FREE_SHARE * total
+            if compact:
+                catalog.copy_into(home.compact_path)
+        if compact:
+            _replace_catalog(home)
+        catalog_after = home.catalog_path.stat().st_size
         store = home.store
         deleted = freed = temps = 0
         for name, path in store.iter_blobs():
@@ -47,11 +68,27 @@ def collect_garbage(home: Home, lock_wait_s: float) -> GcResult:
                 freed += store.remove(path)
                 deleted += 1
         # the staging database a killed ingest left behind (no ingest runs: we hold the write lock)
-        for leftover in (home.staging_path, Path(str(home.staging_path) + ".wal")):
-            if leftover.exists():
-                freed += store.remove(leftover)
-                temps += 1
-        return GcResult(deleted, freed, temps)
+        # and the catalog copy a killed gc left behind
+        for leftover in (home.staging_path, home.compact_path):
+            for path in (leftover, Path(str(leftover) + ".wal")):
+                if path.exists():
+                    freed += store.remove(path)
+                    temps += 1
+        return GcResult(deleted, freed, temps, compact, catalog_before, catalog_after)
+
+
+def _replace_catalog(home: Home) -> None:
+    """Rename the compacted copy over the catalog, unless the closed catalog left a WAL (DuckDB would
+    replay that log, written for the old file, onto the copy)."""
+    if Path(str(home.catalog_path) + ".wal").exists():
+        home.compact_path.unlink(missing_ok=True)
+        return
+    home.compact_path.replace(home.catalog_path)
+    fd = os.open(home.catalog_path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself survives a power cut
+    finally:
+        os.close(fd)
 
 
 @dataclass

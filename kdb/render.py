@@ -169,6 +169,15 @@ def render_verify(report: Any, fmt: str) -> str:
     return out
 
 
+def gc_summary(result: Any) -> str:
+    out = (f"gc: deleted {result.blobs_deleted} blobs and {result.temporaries_deleted} temporaries, "
+           f"freed {human_bytes(result.bytes_freed)}")
+    if result.catalog_compacted:
+        out += (f"; catalog compacted {human_bytes(result.catalog_bytes_before)} -> "
+                f"{human_bytes(result.catalog_bytes_after)}")
+    return out + "\n"
+
+
 KERNEL_HEADLINE = ("name", "cache_key", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared",
                    "vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "scratch_bytes",
                    "registers", "stack_bytes", "static_shared", "code_size", "occupancy_llvm", "occupancy_llvm_limiter",

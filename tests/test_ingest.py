@@ -190,6 +190,85 @@ def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, tmp_path, capsys):
     assert kdb(capsys, home, "rm", "a").code == ExitCode.TAG
 
 
+def _catalog_dump(path: Path) -> dict[str, list]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
+        dump = {t: sorted(map(repr, con.execute(f'SELECT * FROM "{t}"').fetchall())) for t in names}
+        dump["-- ddl"] = con.execute("SELECT sql FROM duckdb_tables() UNION ALL SELECT sql FROM duckdb_views() "
+                                     "WHERE NOT internal ORDER BY 1").fetchall()
+        return dump
+    finally:
+        con.close()
+
+
+def _free_blocks(path: Path) -> tuple[int, int]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT free_blocks, total_blocks FROM pragma_database_size() "
+                           "WHERE database_name = current_database()").fetchone()
+    finally:
+        con.close()
+
+
+def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, tmp_path, capsys):
+    """Two ingests leave free blocks in the catalog (DuckDB reuses them but never shrinks the file);
+    `gc --compact` rewrites it: every table's rows and every table and view definition unchanged,
+    no free blocks, a smaller file that the DuckDB shell still opens and later writers keep using."""
+    home = tmp_path / "home"
+    catalog = home / "catalog.duckdb"
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.1.0-gfx90a")), "--tag", "a", "-q").code == 0
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
+    free, total = _free_blocks(catalog)
+    assert free > 0, "two ingests left no free block: this test no longer exercises compaction"
+    before, size_before = _catalog_dump(catalog), catalog.stat().st_size
+    diff_before = kdb(capsys, home, "diff", "a", "b", "--format", "json").out
+    n_kernels = kdb(capsys, home, "sql", "SELECT count(*) AS n FROM kernels", "--format", "json").json()[0]["n"]
+
+    r = kdb(capsys, home, "gc", "--compact", "--format", "json")
+    assert r.code == 0, r.err
+    result = r.json()
+    assert result["catalog_compacted"] and result["blobs_deleted"] == 0
+    assert (result["catalog_bytes_before"], result["catalog_bytes_after"]) == (size_before, catalog.stat().st_size)
+    assert catalog.stat().st_size < size_before
+    assert _free_blocks(catalog)[0] == 0
+    assert _catalog_dump(catalog) == before
+    assert not Home(home).compact_path.exists()
+    assert kdb(capsys, home, "diff", "a", "b", "--format", "json").out == diff_before
+    assert kdb(capsys, home, "verify").code == 0
+    exe = duckdb_shell()
+    assert exe, "the duckdb shell (pip package duckdb-cli) is a test dependency"
+    out = subprocess.run([exe, "-readonly", "-csv", "-noheader", str(catalog), "-c",
+                          "SELECT count(*) FROM kernels"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == n_kernels
+    # the compacted catalog takes new snapshots and removals like the original
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "c", "-q").code == 0
+    assert kdb(capsys, home, "rm", "a").code == 0
+    assert kdb(capsys, home, "verify").code == 0
+    dest = tmp_path / "c"
+    assert kdb(capsys, home, "export", "c", str(dest)).code == 0
+    assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
+
+
+def test_gc_compacts_on_its_own_when_a_quarter_is_free(unpack_snapshot, tmp_path, capsys):
+    home = tmp_path / "home"
+    catalog = home / "catalog.duckdb"
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.4.0-gfx1100")), "--tag", "a", "-q").code == 0
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
+    assert kdb(capsys, home, "rm", "a").code == 0
+    r = kdb(capsys, home, "gc", "--format", "json")
+    assert r.code == 0, r.err
+    # whether gc had to compact is DuckDB's own figure, read after the same deletions gc makes
+    assert r.json()["catalog_compacted"]
+    assert r.json()["catalog_bytes_after"] < r.json()["catalog_bytes_before"]
+    free, total = _free_blocks(catalog)
+    assert free < 0.25 * total
+    r = kdb(capsys, home, "gc", "--format", "json")  # nothing freed since: the copy is not made again
+    assert r.code == 0 and not r.json()["catalog_compacted"]
+    assert r.json()["catalog_bytes_after"] == r.json()["catalog_bytes_before"] == catalog.stat().st_size
+
+
 def test_catalog_opens_in_duckdb_cli(ingested):
     home, _ = ingested
     exe = duckdb_shell()
