@@ -685,13 +685,13 @@ def deep_views(result: DiffResult, sa: Side, sb: Side, pattern: str) -> list[Ker
             sa.load_documents([a])
         if b:
             sb.load_documents([b])
-        mix_a = {m: (g, c) for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
-        mix_b = {m: (g, c) for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
+        # Keyed by (mnemonic, group): one mnemonic can count in two groups of a kernel (a MUBUF load
+        # from scratch and one from global memory), and each keeps its own row.
+        mix_a = {(m, g): c for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
+        mix_b = {(m, g): c for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
         rows = []
-        for mn in sorted(set(mix_a) | set(mix_b)):
-            ca = mix_a[mn][1] if mn in mix_a else 0
-            cb = mix_b[mn][1] if mn in mix_b else 0
-            grp = (mix_a.get(mn) or mix_b.get(mn))[0]
+        for mn, grp in sorted(set(mix_a) | set(mix_b)):
+            ca, cb = mix_a.get((mn, grp), 0), mix_b.get((mn, grp), 0)
             rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)

@@ -270,6 +270,15 @@ def test_kernel_deep_view(corpus_home, capsys):
     assert any(v["triton_json_diff"] for v in changed)
     assert any(v["isa_diff"].startswith("---") for v in changed)
     assert all("/var/tmp/" not in v["isa_diff"] for v in changed)
+    # the side-by-side mix loses no instruction: each column adds up to that side's instruction
+    # count (the count itself is checked against llvm-objdump in test_amd_analysis)
+    counts = {(r["tag"], r["cache_key"]): r["instr_count"] for r in kdb(
+        capsys, corpus_home, "sql", f"SELECT tag, cache_key, instr_count FROM kernels WHERE tag IN ('{a}', '{b}')",
+        "--format", "json").json()}
+    for v in changed:
+        for side, tag in (("a", a), ("b", b)):
+            assert sum(r[side] for r in v["mix"]) == counts[tag, v[f"{side}_cache_key"]], (side, v["name"])
+        assert len({(r["mnemonic"], r["grp"]) for r in v["mix"]}) == len(v["mix"])
     text = kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "matmul_kernel").out
     assert "normalised ISA" in text and "instruction mix" in text
     assert kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "nope*").code == ExitCode.USAGE
