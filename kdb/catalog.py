@@ -502,6 +502,7 @@ class Catalog:
         source = self.con.execute("SELECT current_database()").fetchone()[0]
         tables = [r[0] for r in self.con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY 1").fetchall()]
+        self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")  # as for an ingest's commit: else DuckDB caches the copy
         self.con.execute("ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE])
         try:
             self.con.execute(f'COPY FROM DATABASE "{source}" TO compacted')

@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import fnmatch
 import functools
+import gc
 import json
 import re
 import tempfile
@@ -651,10 +652,24 @@ def diff(home: Home, ref_a: str, ref_b: str, *, across_targets: bool = False, fa
     rules = parse_rules(fail_on or [])
     if not 0 <= min_match <= 1:
         raise UsageError(f"--min-match must be between 0 and 1, not {min_match}")
-    with open_side(home, ref_a, wait_s) as sa, open_side(home, ref_b, wait_s) as sb:
+    with _without_cycle_collector(), open_side(home, ref_a, wait_s) as sa, open_side(home, ref_b, wait_s) as sb:
         result = diff_sides(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
         views = deep_views(result, sa, sb, kernel) if kernel else []
     return result, views
+
+
+@contextlib.contextmanager
+def _without_cycle_collector() -> Iterator[None]:
+    """A diff allocates a few million small objects (rows, metric tables) and frees none until it ends,
+    so Python's cycle collector rescans them over and over for nothing: 0.32 s of a 0.72 s comparison
+    of two 10k-kernel snapshots. Nothing here builds reference cycles worth collecting early."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # -- deep view ----------------------------------------------------------------------------------------

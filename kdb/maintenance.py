@@ -56,7 +56,7 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
             if compact:
                 catalog.copy_into(home.compact_path)
         if compact:
-            _replace_catalog(home)
+            compact = _replace_catalog(home)
         catalog_after = home.catalog_path.stat().st_size
         store = home.store
         deleted = freed = temps = 0
@@ -77,18 +77,22 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
         return GcResult(deleted, freed, temps, compact, catalog_before, catalog_after)
 
 
-def _replace_catalog(home: Home) -> None:
-    """Rename the compacted copy over the catalog, unless the closed catalog left a WAL (DuckDB would
-    replay that log, written for the old file, onto the copy)."""
-    if Path(str(home.catalog_path) + ".wal").exists():
-        home.compact_path.unlink(missing_ok=True)
-        return
+def _replace_catalog(home: Home) -> bool:
+    """Rename the compacted copy over the catalog; False (nothing renamed) when either closed database
+    left a write-ahead log: the catalog's would be replayed onto the copy it was not written for, and
+    the copy's would stay behind, holding rows its file lacks. Both are checkpointed when closed, so
+    this is a guard, not an expected path."""
+    if any(Path(str(p) + ".wal").exists() for p in (home.catalog_path, home.compact_path)):
+        for path in (home.compact_path, Path(str(home.compact_path) + ".wal")):
+            path.unlink(missing_ok=True)
+        return False
     home.compact_path.replace(home.catalog_path)
     fd = os.open(home.catalog_path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself survives a power cut
     finally:
         os.close(fd)
+    return True
 
 
 @dataclass
