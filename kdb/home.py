@@ -46,6 +46,11 @@ class Home:
         (under the home, so the rename stays on one file system)."""
         return self.root / "tmp" / "catalog-compacting.duckdb"
 
+    def scratch_files(self) -> list[Path]:
+        """Files a running ingest or gc writes beside the catalog and removes when done; any of them
+        present while no writer runs was left by a killed one (`kdb gc` deletes them)."""
+        return [p for base in (self.staging_path, self.compact_path) for p in (base, Path(str(base) + ".wal"))]
+
     @property
     def lock_path(self) -> Path:
         return self.root / LOCK_NAME

@@ -67,13 +67,12 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
             elif name not in keep:
                 freed += store.remove(path)
                 deleted += 1
-        # the staging database a killed ingest left behind (no ingest runs: we hold the write lock)
-        # and the catalog copy a killed gc left behind
-        for leftover in (home.staging_path, home.compact_path):
-            for path in (leftover, Path(str(leftover) + ".wal")):
-                if path.exists():
-                    freed += store.remove(path)
-                    temps += 1
+        # the staging database of a killed ingest, the catalog copy of a killed gc (no other writer
+        # runs: we hold the write lock)
+        for path in home.scratch_files():
+            if path.exists():
+                freed += store.remove(path)
+                temps += 1
         return GcResult(deleted, freed, temps, compact, catalog_before, catalog_after)
 
 
@@ -83,9 +82,7 @@ def _replace_catalog(home: Home) -> bool:
     the copy's would stay behind, holding rows its file lacks. Both are checkpointed when closed, so
     this is a guard, not an expected path."""
     if any(Path(str(p) + ".wal").exists() for p in (home.catalog_path, home.compact_path)):
-        for path in (home.compact_path, Path(str(home.compact_path) + ".wal")):
-            path.unlink(missing_ok=True)
-        return False
+        return False  # the copy goes with the other scratch files
     home.compact_path.replace(home.catalog_path)
     fd = os.open(home.catalog_path.parent, os.O_RDONLY)
     try:
@@ -142,6 +139,7 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
         else:
             report.unreferenced += 1
             report.unreferenced_bytes += path.stat().st_size
+    report.temporaries += sum(1 for path in home.scratch_files() if path.exists())
     return report
 
 

@@ -269,6 +269,28 @@ def test_gc_compacts_on_its_own_when_a_quarter_is_free(unpack_snapshot, tmp_path
     assert r.json()["catalog_bytes_after"] == r.json()["catalog_bytes_before"] == catalog.stat().st_size
 
 
+def test_verify_counts_and_gc_removes_a_killed_gcs_catalog_copy(unpack_snapshot, tmp_path, capsys):
+    """What a gc killed between its copy and the rename leaves (a whole copy of the catalog beside it)
+    is a leftover temporary for verify and is deleted by the next gc; the catalog itself is untouched."""
+    import shutil
+
+    home = tmp_path / "home"
+    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "a", "-q").code == 0
+    leftover = Home(home).compact_path
+    leftover.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(home / "catalog.duckdb", leftover)
+    size = leftover.stat().st_size
+    r = kdb(capsys, home, "verify", "--format", "json")
+    assert r.code == 0 and r.json()["temporaries"] == 1, r.out
+    r = kdb(capsys, home, "gc", "--format", "json")
+    assert r.code == 0 and r.json()["temporaries_deleted"] == 1 and r.json()["bytes_freed"] == size
+    assert not leftover.exists()
+    assert kdb(capsys, home, "verify", "--format", "json").json()["temporaries"] == 0
+    dest = tmp_path / "a"
+    assert kdb(capsys, home, "export", "a", str(dest)).code == 0
+    assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
+
+
 def test_catalog_opens_in_duckdb_cli(ingested):
     home, _ = ingested
     exe = duckdb_shell()
