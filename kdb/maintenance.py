@@ -52,11 +52,10 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
             catalog.drop_unreferenced()
             keep = catalog.all_blob_hashes()
             free, total = catalog.space()
-            compact = compact or free >= COMPACT_FREE_SHARE * total
-            if compact:
+            copied = compact or free >= COMPACT_FREE_SHARE * total
+            if copied:
                 catalog.copy_into(home.compact_path)
-        if compact:
-            compact = _replace_catalog(home)
+        compacted = copied and _replace_catalog(home)
         catalog_after = home.catalog_path.stat().st_size
         store = home.store
         deleted = freed = temps = 0
@@ -73,7 +72,7 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
             if path.exists():
                 freed += store.remove(path)
                 temps += 1
-        return GcResult(deleted, freed, temps, compact, catalog_before, catalog_after)
+        return GcResult(deleted, freed, temps, compacted, catalog_before, catalog_after)
 
 
 def _replace_catalog(home: Home) -> bool:
