@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kdb.errors import KdbError, ParseError
@@ -52,14 +53,16 @@ TABLE_COLUMNS: dict[str, list[str]] = {
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
-def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str, Any]:
+def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta, file_stem: str | None = None) -> dict[str, Any]:
+    from kdb.identity import canonical_kernel_name
+
     version, source = meta.triton_version, "json"
     if version is None:
         version, source = release_family(cache_key), "folder-name"
     return {
         "folder_digest": folder_digest,
         "cache_key": cache_key,
-        "name": meta.name,
+        "name": canonical_kernel_name(meta.name, file_stem),  # 2.3's mangled name -> the function's
         "backend": meta.backend,
         "arch": meta.arch,
         "warp_size": meta.warp_size,
@@ -99,13 +102,17 @@ def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, fi
         out.kernel = {"folder_digest": folder_digest, "cache_key": cache_key, "name": stem, "triton_version": family,
                       "triton_version_source": "folder-name" if family else None}
     else:
-        out.kernel = kernel_row(cache_key, folder_digest, meta)
+        out.kernel = kernel_row(cache_key, folder_digest, meta, json_file.rel.rsplit("/", 1)[-1][: -len(".json")])
         analyze_kernel(out, folder_digest, meta, files, options)
     prefix = cache_key + "/"
     for path, stage, reason in out.problems:
         out.add("analysis_problems", folder_digest=folder_digest, name=path[len(prefix):] if path.startswith(prefix) else path,
                 stage=stage, reason=reason)
     return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _text(f: FolderFile | None) -> str | None:
@@ -171,7 +178,7 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
             row[f"{stage}_digest"] = stage_digest(_text(stage_file), stage_file.kind)
     ttir = _first(files, "ttir", meta.name)
     try:
-        ident = kernel_identity(_text(ttir), meta)
+        ident = kernel_identity(_text(ttir), meta, Path(ttir.rel).stem if ttir is not None else None)
     except ParseError as exc:
         _problem(out, ttir, "identity", str(exc))
         ident = None
@@ -215,13 +222,15 @@ def _amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: Ker
     if kernel is not None:
         try:
             wave = kernel.wavefront_size
-            occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count)
+            # The hardware reserves what the descriptor allocates, which `waves_per_eu` can raise above use.
+            registers = (wave, kernel.vgpr_count, kernel.sgpr_count)
+            alloc = {"allocated_vgprs": kernel.descriptor_vgprs, "waves_per_eu": _int_or_none(meta.raw.get("waves_per_eu"))}
+            occ, lim = occupancy.compiler_occupancy(arch, *registers, **alloc)
             lds = kernel.group_segment_fixed_size + (meta.shared or 0)
-            launch, launch_lim = occupancy.launch_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds,
-                                                            meta.num_warps or 1)
+            launch, launch_lim = occupancy.launch_occupancy(arch, *registers, lds, meta.num_warps or 1, **alloc)
+            headroom = occupancy.vgpr_headroom(arch, *registers, **alloc) if launch_lim == "vgpr" else None
             row.update(occupancy_llvm=occ, occupancy_llvm_limiter=lim, occupancy=launch, occupancy_limiter=launch_lim,
-                       occupancy_unit="waves/SIMD",
-                       vgpr_headroom=occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count))
+                       occupancy_unit="waves/SIMD", vgpr_headroom=headroom)
         except KdbError as exc:
             _problem(out, hsaco, "occupancy", str(exc))
 

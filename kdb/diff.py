@@ -29,7 +29,7 @@ import gc
 import json
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,7 @@ from typing import Any
 from kdb.catalog import Catalog
 from kdb.errors import KdbError, ParseError, TagError, UsageError
 from kdb.home import Home
-from kdb.identity import (
-    _UNKNOWN,
-    TUNING_OPTIONS,
-    kernel_identity,
-    option_default,
-    options_compatible,
-)
+from kdb.identity import kernel_identity, options_compatible
 from kdb.normalize import STAGE_KINDS, metadata_view, normalise_stage
 from kdb.parsers.triton_json import parse_kernel_json
 
@@ -301,7 +295,7 @@ def _fill_identity(side: Side, k: dict[str, Any]) -> None:
     if ttir is None or not isinstance(meta_doc, dict):
         return
     try:
-        ident = kernel_identity(ttir, parse_kernel_json(json.dumps(meta_doc).encode()))
+        ident = kernel_identity(ttir, parse_kernel_json(json.dumps(meta_doc).encode()), None)
     except ParseError:
         return
     if ident:
@@ -377,21 +371,49 @@ def _effective_options(k: dict[str, Any]) -> dict[str, Any]:
 
 
 def _exact(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Every compared option has the same value on both sides (no release default needed)."""
     raw_a, raw_b = a.get("identity_options"), b.get("identity_options")
     if isinstance(raw_a, str) and raw_a == raw_b:
-        return True  # the same options document (still undecoded): the same backend and values
-    oa, ob = _effective_options(a), _effective_options(b)
-    if oa["backend"] == ob["backend"] and oa["values"] == ob["values"]:
-        return True  # every option equal: no need to look up release defaults
-    keys = set(oa["values"]) | set(ob["values"])
-    if oa["backend"] != ob["backend"]:
-        keys &= set(TUNING_OPTIONS.get(oa["backend"] or "", ())) & set(TUNING_OPTIONS.get(ob["backend"] or "", ()))
-    for key in keys:
-        va = oa["values"].get(key, option_default(oa["backend"], key, oa["triton_version"]))
-        vb = ob["values"].get(key, option_default(ob["backend"], key, ob["triton_version"]))
-        if va is _UNKNOWN or vb is _UNKNOWN or va != vb:
-            return False
-    return True
+        return True  # the same options document (still undecoded)
+    oa, ob = _options(a), _options(b)
+    return bool(oa.get("backend") == ob.get("backend") and (oa.get("values") or {}) == (ob.get("values") or {}))
+
+
+def _content(k: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The normalised stage digests: equal tuples mean the same code at every stage."""
+    digests = tuple(k.get(f"{stage}_digest") for stage in STAGES)
+    return digests if any(d is not None for d in digests) else None
+
+
+def _def_file(k: dict[str, Any]) -> Any:
+    return _options(k).get("def_file")
+
+
+def _same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ca = _content(a)
+    return ca is not None and ca == _content(b)
+
+
+def _same_file(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return _def_file(a) is not None and _def_file(a) == _def_file(b)
+
+
+# Evidence for a pair, strongest first. Each pass pairs the kernels that have exactly one candidate
+# under it, on both sides; a pass only ever narrows `compatible` (identity equal, options equal or at
+# their releases' defaults), so no pass can pair kernels the identity keeps apart. The source file and
+# the code itself only break ties between candidates the identity cannot tell apart (Inductor writes
+# the same kernel into several modules; one cache can hold a kernel compiled by two toolchains).
+def _passes() -> list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], bool]]]:
+    def compatible(x: dict[str, Any], y: dict[str, Any]) -> bool:
+        return _compatible(x, y)[0]
+
+    return [
+        ("identical code", lambda x, y: _same_content(x, y) and compatible(x, y)),
+        ("same options and source file", lambda x, y: _exact(x, y) and _same_file(x, y)),
+        ("same options", _exact),
+        ("options at release defaults, same source file", lambda x, y: _same_file(x, y) and compatible(x, y)),
+        ("options at release defaults", compatible),
+    ]
 
 
 def _compatible(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, list[str]]:
@@ -423,7 +445,7 @@ def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) 
             groups.setdefault(k[key], ([], []))[1].append(k)
     for ga, gb in groups.values():
         paired_a: dict[int, int] = {}
-        for test in (_exact, lambda x, y: _compatible(x, y)[0]):
+        for _evidence, test in _passes():
             free_a = [i for i in range(len(ga)) if i not in paired_a]
             free_b = [j for j in range(len(gb)) if j not in paired_a.values()]
             cands = {i: {j for j in free_b if test(ga[i], gb[j])} for i in free_a}
@@ -455,7 +477,8 @@ def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat
         elif len(compat) == 1:
             reason = f"its only candidate in {other} ({keys[0]}) is also a candidate of other kernels"
         else:
-            reason = f"{len(compat)} candidates in {other} with compatible options"
+            reason = (f"{len(compat)} candidates in {other} with the same identity and compatible options "
+                      f"({_what_differs([others[j] for j in compat])})")
         return KernelDiff("ambiguous", k["name"], reason=reason, candidates=keys, **row)
     if others:
         diffs = sorted({d for o in others for d in (_compatible(k, o)[1] if side == "a" else _compatible(o, k)[1])})
@@ -463,6 +486,21 @@ def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat
     else:
         reason = f"no kernel with this identity in {other}"
     return KernelDiff("only_" + side, k["name"], reason=reason, **row)
+
+
+def _what_differs(candidates: list[dict[str, Any]]) -> str:
+    """Name what tells tied candidates apart, when the identity cannot."""
+    apart = []
+    if len({_def_file(c) for c in candidates}) > 1:
+        apart.append("source file")
+    if len({_options(c).get("def_line") for c in candidates}) > 1:
+        apart.append("def line")
+    if len({_content(c) for c in candidates}) > 1:
+        stages = [s for i, s in enumerate(STAGES) if len({(_content(c) or (None,) * len(STAGES))[i] for c in candidates}) > 1]
+        apart.append("code at " + "/".join(stages))
+    if not apart:
+        return "identical in every recorded respect"
+    return "they differ only in " + ", ".join(apart)
 
 
 # -- comparison ---------------------------------------------------------------------------------------

@@ -26,57 +26,85 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from importlib import resources
 from typing import Any
 
 from kdb.errors import ParseError
 from kdb.parsers.mlir_text import matching_paren, split_top
 from kdb.parsers.triton_json import KernelMeta
 
-IDENTITY_VERSION = 1
+IDENTITY_VERSION = 2
 
 # -- options compared by release default ----------------------------------------------------------
-# Options kept out of the hash, per backend. `None` as a value in JSON means "not set".
-TUNING_OPTIONS: dict[str, tuple[str, ...]] = {
-    "hip": ("num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
-            "instruction_sched_variant"),
-    "cuda": ("num_stages", "maxnreg"),
-}
+# Each release's defaults, as its own backend's `parse_options({})` applies them (scripts/release_defaults.py
+# wrote this file from the PyPI wheels): release -> backend -> arch (gfx942, 90, ...) -> option -> value.
+RELEASE_DEFAULTS: dict[str, dict[str, dict[str, dict[str, Any]]]] = json.loads(
+    resources.files("kdb").joinpath("release_defaults.json").read_text())
+
+# Fields of the options dataclasses that a release derives from the target, the machine or the install
+# (paths), not from what the kernel asked for; num_warps/num_ctas are part of the hashed identity instead.
+NOT_COMPARED = frozenset({
+    "arch", "backend_name", "extern_libs", "supported_fp8_dtypes", "deprecated_fp8_dtypes",
+    "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions", "default_dot_input_precision",
+    "max_num_imprecise_acc_default", "allow_fp8e4nv", "allow_fp8e4b15", "warp_size", "ptx_version", "ptx_options",
+    "num_warps", "num_ctas",
+})
+
+
+def _compared_options() -> dict[str, tuple[str, ...]]:
+    names: dict[str, set[str]] = {}
+    for backends in RELEASE_DEFAULTS.values():
+        for backend, arches in backends.items():
+            for values in arches.values():
+                names.setdefault(backend, set()).update(k for k in values if not k.startswith("__"))
+    return {backend: tuple(sorted(keys - NOT_COMPARED)) for backend, keys in names.items()}
+
+
+# Every option kdb compares, per backend: each release's tuning knobs (num_stages, waves_per_eu, kpack,
+# matrix_instr_nonkdim, schedule_hint, instruction_sched_variant, maxnreg, enable_fp_fusion, ...).
+TUNING_OPTIONS: dict[str, tuple[str, ...]] = _compared_options()
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """'3.4.0' -> (3, 4); a release family such as '3.0-3.1' -> its newest member (3, 1)."""
     if not version:
         return None
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    found = re.findall(r"(\d+)\.(\d+)", version)
+    return (int(found[-1][0]), int(found[-1][1])) if found else None
 
 
-def option_default(backend: str | None, option: str, triton_version: str | None) -> Any:
-    """The value a release applies when the user asks for nothing (verified on the corpus JSONs).
+_KNOWN_RELEASES = sorted(RELEASE_DEFAULTS, key=lambda v: tuple(int(x) for x in v.split(".")))
 
-    Returns the sentinel `_UNKNOWN` when kdb does not know the release's default.
+
+def release_defaults(backend: str | None, arch: str | None, triton_version: str | None) -> dict[str, Any] | None:
+    """The options `triton_version` applies by default for `backend`, or None when kdb cannot tell.
+
+    A release newer than the table inherits the newest known release's defaults (options it adds are
+    then compared as plain values); a release older than every known one is unknown.
     """
-    v = _version_tuple(triton_version)
-    if backend == "hip":
-        if option == "num_stages":
-            if v is None:
-                return _UNKNOWN
-            return 0 if v <= (3, 1) else 2
-        if option == "waves_per_eu":
-            if v is None:
-                return _UNKNOWN
-            return 1 if v <= (3, 5) else 0
-        if option == "matrix_instr_nonkdim":
-            return 0
-        if option == "kpack":
-            return 1
-        if option in ("schedule_hint", "instruction_sched_variant"):
-            return "none"
-    if backend == "cuda":
-        if option == "num_stages":
-            return 3
-        if option == "maxnreg":
-            return None
-    return _UNKNOWN
+    wanted = _version_tuple(triton_version)
+    if wanted is None or backend is None:
+        return None
+    release = None
+    for known in _KNOWN_RELEASES:
+        if _version_tuple(known) <= wanted:
+            release = known
+    if release is None:
+        return None
+    arches = RELEASE_DEFAULTS[release].get(backend)
+    if not arches:
+        return None
+    key = (arch or "").removeprefix("sm")
+    values = arches.get(key) or next(iter(arches.values()))
+    return None if "__error__" in values else values
+
+
+def option_default(backend: str | None, option: str, triton_version: str | None, arch: str | None = None) -> Any:
+    """The value a release applies to `option` when the user asks for nothing; `_UNKNOWN` when kdb cannot tell."""
+    defaults = release_defaults(backend, arch, triton_version)
+    if defaults is None or option not in defaults:
+        return _UNKNOWN
+    return defaults[option]
 
 
 class _Unknown:
@@ -91,30 +119,37 @@ def options_compatible(a: dict[str, Any], b: dict[str, Any], version_a: str | No
                        version_b: str | None = None) -> tuple[bool, list[str]]:
     """Compare two `parts["options"]` dicts: every option equal, or each side at its own release's default.
 
-    An option absent from one side (a release that has no such option) counts as that side's default.
-    `version_a`/`version_b` stand in for a JSON without `triton_version` (before 3.3): the catalog's
-    release family inferred from the folder name, e.g. '3.0-3.1'.
-    Returns (compatible, names of options that differ and are not both at their defaults).
+    An option the other release does not have counts as "at its default" there. `version_a`/`version_b`
+    stand in for a JSON without `triton_version` (before 3.3): the release family inferred from the
+    folder name, e.g. '3.0-3.1'. Returns (compatible, names of options that differ and are not both at
+    their defaults).
     """
     backend_a, backend_b = a.get("backend"), b.get("backend")
-    ver_a, ver_b = a.get("triton_version") or version_a, b.get("triton_version") or version_b
+    defaults_a = release_defaults(backend_a, a.get("arch"), a.get("triton_version") or version_a)
+    defaults_b = release_defaults(backend_b, b.get("arch"), b.get("triton_version") or version_b)
     vals_a, vals_b = a.get("values") or {}, b.get("values") or {}
     differing = []
     keys = set(vals_a) | set(vals_b)
     if backend_a != backend_b:  # --across-targets between backends: only the options both backends have
         keys &= set(TUNING_OPTIONS.get(backend_a or "", ())) & set(TUNING_OPTIONS.get(backend_b or "", ()))
     for key in sorted(keys):
-        da, db = option_default(backend_a, key, ver_a), option_default(backend_b, key, ver_b)
-        va = vals_a.get(key, da)
-        vb = vals_b.get(key, db)
+        va, vb = vals_a.get(key), vals_b.get(key)
         if va == vb:
             continue
-        at_default_a = da is not _UNKNOWN and va == da
-        at_default_b = db is not _UNKNOWN and vb == db
-        if at_default_a and at_default_b:
+        if _at_default(defaults_a, key, vals_a) and _at_default(defaults_b, key, vals_b):
             continue
         differing.append(key)
     return (not differing, differing)
+
+
+def _at_default(defaults: dict[str, Any] | None, key: str, values: dict[str, Any]) -> bool:
+    if values.get(key) is None:  # not recorded, or recorded as "not set" (3.0/3.1 write debug: null)
+        return True
+    if defaults is None:  # a release kdb knows nothing about: only equal values are compatible
+        return False
+    if key not in defaults:  # the release has no such option: it compiles as if at its default
+        return True
+    return bool(values[key] == defaults[key])
 
 
 # -- TTIR scanning ----------------------------------------------------------------------------------
@@ -224,8 +259,23 @@ def _parse_args(arg_text: str) -> list[dict[str, Any]]:
     return args
 
 
+_DEFAULT_ADDRESS_SPACE = re.compile(r"(ptr<[^<>]*?),\s*1>")
+
+
 def normalise_type(text: str) -> str:
-    return re.sub(r"!tt\.", "", text.strip())
+    """`!tt.ptr<f32, 1>` (2.3 spells out the global address space) and `!tt.ptr<f32>` -> `ptr<f32>`."""
+    text = re.sub(r"!tt\.", "", text.strip())
+    while True:  # innermost first: ptr<ptr<f32, 1>, 1>
+        shorter = _DEFAULT_ADDRESS_SPACE.sub(r"\1>", text)
+        if shorter == text:
+            return text
+        text = shorter
+
+
+# Argument attributes that say how the caller specialised the kernel (a multiple of 16). Every other
+# `tt.*` attribute on an argument is a hint a backend adds or not depending on the release (HIP's
+# `tt.pointer_range` since 3.2/3.6, `tt.max_divisibility`, ...): kept in `parts`, never in the key.
+SPECIALISATION_ATTRS = frozenset({"tt.divisibility"})
 
 
 def _body_range(lines: list[str], head: int) -> tuple[int, int, str | None]:
@@ -313,7 +363,10 @@ def ttir_facts(ttir: str) -> dict[str, Any]:
                 if file == def_file and def_line is not None:
                     offsets.add(line - def_line)
                     break
-        arg_parts.append({"type": a["type"], "attrs": dict(sorted(a["attrs"].items())), "use_lines": sorted(offsets)})
+        attrs = dict(sorted(a["attrs"].items()))
+        arg_parts.append({"type": a["type"], "attrs": {k: v for k, v in attrs.items() if k in SPECIALISATION_ATTRS},
+                          "hints": {k: v for k, v in attrs.items() if k not in SPECIALISATION_ATTRS},
+                          "use_lines": sorted(offsets)})
     body_text = "\n".join(lines[head:body_end + 1])
     shapes = sorted({m.group(1)[:-1] for m in _TENSOR.finditer(body_text)}, key=lambda s: (s.count("x"), [int(d) for d in s.split("x")]))
     consts = {(int(v), t) for v, t in _INT_CONST.findall(body_text)}
@@ -324,6 +377,10 @@ def ttir_facts(ttir: str) -> dict[str, Any]:
         "tensor_shapes": shapes,
         "int_constants": [f"{v}:{t}" for v, t in sorted(consts, key=lambda c: (c[1], c[0]))],
         "has_def_line": def_line is not None,
+        # Where the kernel is defined: a tie-breaker between candidates, never part of the key (a file
+        # can be renamed or moved between two snapshots; Inductor's module names change with torch).
+        "def_file": def_file.replace("\\", "/").rsplit("/", 1)[-1] if def_file else None,
+        "def_line": def_line,
     }
 
 
@@ -331,33 +388,61 @@ def _hash(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
+def _plain(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return isinstance(value, (int, str, float, bool)) or value is None
+
+
 def meta_options(meta: KernelMeta) -> dict[str, Any]:
     backend = meta.backend
-    values = {}
-    for key in TUNING_OPTIONS.get(backend or "", ()):
-        if key in meta.raw:
-            value = meta.raw[key]
-            if isinstance(value, (int, str, float, bool)) or value is None:
-                values[key] = value
-    return {"backend": backend, "triton_version": meta.triton_version, "values": values}
+    values = {key: meta.raw[key] for key in TUNING_OPTIONS.get(backend or "", ())
+              if key in meta.raw and _plain(meta.raw[key])}
+    return {"backend": backend, "arch": meta.arch, "triton_version": meta.triton_version, "values": values}
 
 
-def kernel_identity(ttir: str | None, meta: KernelMeta) -> dict[str, Any] | None:
-    """The identity of one kernel folder, or None without TTIR. Raises ParseError on TTIR it cannot read."""
+# 2.3 names a kernel `<function>_<suffix>`, the suffix spelling its specialisation per argument
+# (`0d1d2c3`: <index>, c = equal to 1, d = divisible by 16, e = by 8); every later release uses the
+# function's name, which is also what every file of the folder is named after.
+_MANGLED_23 = re.compile(r"^(?P<name>.+?)_(?:\d+c?d?e?)+$")
+
+
+def canonical_kernel_name(name: str | None, file_stem: str | None = None) -> str | None:
+    if not name:
+        return name
+    m = _MANGLED_23.match(name)
+    if m and m.group("name") == file_stem:
+        return m.group("name")
+    return name
+
+
+# Warp size by backend where a release's JSON does not say (2.3): NVIDIA warps are always 32 lanes.
+DEFAULT_WARP_SIZE = {"cuda": 32}
+
+
+def kernel_identity(ttir: str | None, meta: KernelMeta, file_stem: str | None = None) -> dict[str, Any] | None:
+    """The identity of one kernel folder, or None without TTIR. Raises ParseError on TTIR it cannot read.
+
+    `file_stem`: the name the folder's files carry (`add_kernel` for `add_kernel.json`), which tells a
+    2.3 mangled name from a kernel really called `f_0d`."""
     if ttir is None:
         return None
     facts = ttir_facts(ttir)
-    target = f"{meta.backend}:{meta.arch}:{meta.warp_size}"
+    warp = meta.warp_size or DEFAULT_WARP_SIZE.get(meta.backend or "")
+    target = f"{meta.backend}:{meta.arch}:{warp}"
     hashed = {
         "v": IDENTITY_VERSION,
-        "name": meta.name,
-        "args": facts["args"],
+        "name": canonical_kernel_name(meta.name, file_stem),
+        "args": [{k: v for k, v in a.items() if k != "hints"} for a in facts["args"]],
         "tensor_shapes": facts["tensor_shapes"],
         "int_constants": facts["int_constants"],
         "num_warps": meta.num_warps,
         "num_ctas": meta.num_ctas if meta.num_ctas is not None else 1,
     }
-    parts = {**hashed, "target": target, "options": meta_options(meta), "func_name": facts["func_name"]}
+    options = {**meta_options(meta), "identity_version": IDENTITY_VERSION,
+               "def_file": facts["def_file"], "def_line": facts["def_line"]}
+    parts = {**hashed, "target": target, "options": options, "func_name": facts["func_name"],
+             "hints": [a["hints"] for a in facts["args"]]}
     return {
         "identity": _hash({**hashed, "target": target}),
         "identity_any_target": _hash(hashed),

@@ -15,7 +15,9 @@ from kdb.errors import KdbError
 
 KIB = 1024
 
-LIMITERS = ("vgpr", "sgpr", "lds", "workgroup", "max_waves")
+# `waves_per_eu`: the descriptor allocates more VGPRs than the kernel uses because Triton's `waves_per_eu`
+# asked LLVM for that occupancy (shedding VGPRs gains nothing); `vgpr_allocation`: the same without it.
+LIMITERS = ("vgpr", "waves_per_eu", "vgpr_allocation", "sgpr", "lds", "workgroup", "max_waves")
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,30 @@ def _pick(spec: ArchSpec, bounds: list[tuple[str, int]]) -> tuple[int, str]:
     return waves, next(name for name, value in bounds if value == waves)
 
 
-def compiler_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int) -> tuple[int, str]:
-    """LLVM's `; Occupancy:` figure: waves per SIMD from `.vgpr_count` and `.sgpr_count`, and its limiter."""
+def _register_bounds(spec: ArchSpec, wave_size: int, vgpr_count: int, sgpr_count: int,
+                     allocated_vgprs: int | None, waves_per_eu: int | None) -> list[tuple[str, int]]:
+    """Waves per SIMD allowed by the VGPRs used, by the VGPRs the descriptor allocates (which the hardware
+    reserves; `waves_per_eu` makes LLVM allocate up to that occupancy's budget), and by SGPRs."""
+    used = waves_by_vgprs(spec, wave_size, vgpr_count)
+    bounds = [("vgpr", used)]
+    allocated = waves_by_vgprs(spec, wave_size, max(vgpr_count, allocated_vgprs or 0))
+    if allocated < used:
+        bounds.append(("waves_per_eu" if waves_per_eu else "vgpr_allocation", allocated))
+    bounds.append(("sgpr", waves_by_sgprs(spec, sgpr_count)))
+    return bounds
+
+
+def compiler_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int,
+                       allocated_vgprs: int | None = None, waves_per_eu: int | None = None) -> tuple[int, str]:
+    """LLVM's `; Occupancy:` figure: waves per SIMD from `.vgpr_count`, the descriptor's VGPR allocation
+    (`allocated_vgprs`, when known) and `.sgpr_count`, and its limiter."""
     spec = _spec(arch)
-    return _pick(spec, [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)),
-                        ("sgpr", waves_by_sgprs(spec, sgpr_count))])
+    return _pick(spec, _register_bounds(spec, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu))
 
 
 def launch_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int, lds_bytes: int,
-                     num_warps: int) -> tuple[int, str]:
+                     num_warps: int, allocated_vgprs: int | None = None,
+                     waves_per_eu: int | None = None) -> tuple[int, str]:
     """Launch-time estimate: LLVM's figure, further bounded by LDS (static + Triton's `shared`) and by
     whole workgroups fitting on one CU/WGP. Not checked on hardware; report it beside compiler_occupancy."""
     spec = _spec(arch)
@@ -158,15 +175,18 @@ def launch_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int
     resident = math.ceil(workgroups * num_warps / spec.simds_per_cu)
     # Name LDS when it is what bounds the workgroup count, else the workgroup cap itself.
     wg_bound = ("lds" if by_lds < cap else "workgroup", resident)
-    return _pick(spec, [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)),
-                        ("sgpr", waves_by_sgprs(spec, sgpr_count)), wg_bound])
+    return _pick(spec, _register_bounds(spec, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu)
+                 + [wg_bound])
 
 
-def vgpr_headroom(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int) -> int | None:
+def vgpr_headroom(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int,
+                  allocated_vgprs: int | None = None, waves_per_eu: int | None = None) -> int | None:
     """How many fewer VGPRs would give one more wave per SIMD (compiler figure); None when already at the
-    maximum, or when something else (SGPRs) caps occupancy at the current value."""
+    maximum, or when VGPRs are not what limits it (SGPRs, or a descriptor allocation set by `waves_per_eu`)."""
     spec = _spec(arch)
-    current, _ = compiler_occupancy(arch, wave_size, vgpr_count, sgpr_count)
+    current, limiter = compiler_occupancy(arch, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu)
+    if limiter != "vgpr":
+        return None
     target = current + 1
     if target > spec.max_waves_per_simd or waves_by_sgprs(spec, sgpr_count) < target:
         return None

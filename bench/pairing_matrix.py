@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""How well `kdb diff` pairs kernels across releases, judged against the corpus build records.
+
+The build records (corpus/records/*.json, corpus/inductor/amd/records/*.json) say which config
+produced which cache folder in each snapshot; kdb never reads them. A *true pair* is two folders,
+one per snapshot, that the same config produced. For every pair of snapshots of one target (and,
+with --across-targets, of one backend across targets) this ingests both, runs
+`kdb diff A B --format json` and counts:
+
+* found: true pairs kdb paired;
+* missed: true pairs kdb left unpaired (only in A/B, ambiguous) or paired elsewhere;
+* wrong: pairs kdb made that no config supports.
+
+    python bench/pairing_matrix.py                  # every same-target pair of the corpus, matrix on stdout
+    python bench/pairing_matrix.py --json out.json  # the same, machine-readable
+
+tests/test_pairing.py asserts the totals (>= 99.5% found, 0 wrong) from the same functions.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("KDB_CORPUS_DIR", ROOT / "corpus"))
+sys.path.insert(0, str(CORPUS))
+
+from unpack import unpack_archive  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    tag: str
+    archive: Path
+    release: str
+    target: str  # e.g. hip:gfx942
+    group: str  # snapshots of one group are compared pairwise (the kernel suite, an Inductor scenario)
+    folders: dict[str, frozenset[str]]  # cache folder -> configs that produced it
+
+
+@dataclass
+class PairScore:
+    a: str
+    b: str
+    true_pairs: int = 0
+    found: int = 0
+    missed: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.found / self.true_pairs if self.true_pairs else 1.0
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def suite_snapshots() -> list[Snapshot]:
+    """The kernel-suite snapshots of corpus/manifest.json with their records."""
+    manifest = json.loads((CORPUS / "manifest.json").read_text())
+    out = []
+    for tag, entry in manifest["snapshots"].items():
+        records = json.loads((CORPUS / entry["records"]).read_text())
+        folders: dict[str, set[str]] = {}
+        for rec in records:
+            if rec.get("cache_key"):
+                folders.setdefault(rec["cache_key"], set()).add(rec["config"])
+        out.append(Snapshot(tag, CORPUS / entry["archive"], entry["triton_version"],
+                            f"{entry['backend']}:{entry['target']}", "suite",
+                            {k: frozenset(v) for k, v in folders.items()}))
+    return out
+
+
+def inductor_snapshots() -> list[Snapshot]:
+    """The Inductor kernels recompiled for AMD (corpus/inductor/amd), if that part of the corpus exists."""
+    base = CORPUS / "inductor" / "amd"
+    manifest_path = base / "manifest.json"
+    if not manifest_path.exists():
+        return []
+    manifest = json.loads(manifest_path.read_text())
+    out = []
+    for tag, entry in manifest["snapshots"].items():
+        records = json.loads((base / entry["records"]).read_text())
+        folders: dict[str, set[str]] = {}
+        for rec in records:
+            if rec.get("status") == "ok" and rec.get("cache_key"):
+                folders.setdefault(rec["cache_key"], set()).add(rec["config_id"])
+        out.append(Snapshot(tag, base / entry["archive"], entry["release"], f"hip:{entry['target']}",
+                            f"inductor:{entry['scenario']}", {k: frozenset(v) for k, v in folders.items()}))
+    return out
+
+
+def pairs_to_check(snapshots: list[Snapshot], across_targets: bool = False) -> list[tuple[Snapshot, Snapshot]]:
+    """Every pair (older release first) of snapshots of one group and one target; with across_targets,
+    of one group and one backend on different targets."""
+    out = []
+    for a, b in itertools.combinations(sorted(snapshots, key=lambda s: (_version_key(s.release), s.tag)), 2):
+        if a.group != b.group:
+            continue
+        same_target = a.target == b.target
+        same_backend = a.target.split(":")[0] == b.target.split(":")[0]
+        if (same_target and not across_targets) or (across_targets and not same_target and same_backend):
+            out.append((a, b))
+    return out
+
+
+def kdb(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ingest_all(home: Path, snapshots: list[Snapshot], workdir: Path) -> None:
+    for snap in snapshots:
+        cache = unpack_archive(snap.archive, workdir / snap.tag)
+        proc = kdb(home, "ingest", str(cache), "--tag", snap.tag, "--no-sass", "-q")
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"ingest {snap.tag}: exit {proc.returncode}: {proc.stderr.strip()}")
+
+
+def score(a: Snapshot, b: Snapshot, diff_doc: dict) -> PairScore:
+    s = PairScore(a.tag, b.tag)
+    configs_b: dict[str, str] = {c: folder for folder, cs in b.folders.items() for c in cs}
+    truth: dict[str, set[str]] = {}
+    for folder_a, cs in a.folders.items():
+        partners = {configs_b[c] for c in cs if c in configs_b}
+        if partners:
+            truth[folder_a] = partners
+    s.true_pairs = len(truth)
+    paired = {k["a_cache_key"]: k["b_cache_key"] for k in diff_doc["kernels"]
+              if k.get("a_cache_key") and k.get("b_cache_key")}
+    for folder_a, folder_b in paired.items():
+        if folder_a in truth and folder_b in truth[folder_a]:
+            s.found += 1
+        elif folder_a in a.folders or folder_b in b.folders:
+            # a pair between folders the records know, that no config supports
+            s.wrong.append(f"{sorted(a.folders.get(folder_a, {'?'}))[0]} -> {sorted(b.folders.get(folder_b, {'?'}))[0]}")
+    s.missed = sorted(sorted(a.folders[f])[0] for f in truth if paired.get(f) not in truth[f])
+    return s
+
+
+def run_matrix(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
+               jobs: int = 2) -> list[PairScore]:
+    def one(pair: tuple[Snapshot, Snapshot]) -> PairScore:
+        a, b = pair
+        args = ["diff", a.tag, b.tag, "--format", "json", "--min-match", "0"]
+        if across_targets:
+            args.append("--across-targets")
+        proc = kdb(home, *args)
+        if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
+            raise RuntimeError(f"diff {a.tag} {b.tag}: exit {proc.returncode}: {proc.stderr.strip()}")
+        return score(a, b, json.loads(proc.stdout))
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(one, pairs))
+
+
+def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:
+    """One release x release table per (group, target): found/true in each cell."""
+    by_tag = {s.tag: s for s in snapshots}
+    lines = []
+    groups: dict[tuple[str, str], list[PairScore]] = {}
+    for sc in scores:
+        a = by_tag[sc.a]
+        groups.setdefault((a.group, a.target), []).append(sc)
+    for (group, target), items in sorted(groups.items()):
+        tags = sorted({t for sc in items for t in (sc.a, sc.b)}, key=lambda t: _version_key(by_tag[t].release))
+        rel = {t: by_tag[t].release for t in tags}
+        cell = {(sc.a, sc.b): sc for sc in items}
+        lines.append(f"\n{group} {target}  (row = A, column = B: found/true pairs, * = a wrong pair)")
+        lines.append("| A \\ B | " + " | ".join(rel[t] for t in tags) + " |")
+        lines.append("|---|" + "---|" * len(tags))
+        for ta in tags:
+            row = []
+            for tb in tags:
+                sc = cell.get((ta, tb))
+                row.append("" if sc is None else f"{sc.found}/{sc.true_pairs}" + ("*" if sc.wrong else ""))
+            lines.append(f"| {rel[ta]} | " + " | ".join(row) + " |")
+    total_true = sum(s.true_pairs for s in scores)
+    total_found = sum(s.found for s in scores)
+    total_wrong = sum(len(s.wrong) for s in scores)
+    lines.append(f"\ntotal: {total_found}/{total_true} true pairs found "
+                 f"({100 * total_found / max(total_true, 1):.2f}%), {total_wrong} wrong pairs, {len(scores)} snapshot pairs")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write per-pair scores here")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--home", type=Path, help="reuse a kdb home that already holds the snapshots")
+    ap.add_argument("--across-targets", action="store_true", help="also pair one backend's targets")
+    args = ap.parse_args(argv)
+    snapshots = suite_snapshots() + inductor_snapshots()
+    with tempfile.TemporaryDirectory(prefix="kdb-pairing-") as tmp:
+        home = args.home or Path(tmp) / "home"
+        if args.home is None:
+            ingest_all(home, snapshots, Path(tmp))
+        scores = run_matrix(home, pairs_to_check(snapshots), jobs=args.jobs)
+        if args.across_targets:
+            scores += run_matrix(home, pairs_to_check(snapshots, across_targets=True), across_targets=True,
+                                 jobs=args.jobs)
+    print(format_matrix(scores, snapshots))
+    for sc in scores:
+        if sc.missed or sc.wrong:
+            print(f"{sc.a} -> {sc.b}: missed {sc.missed[:6]}{' ...' if len(sc.missed) > 6 else ''} wrong {sc.wrong[:6]}")
+    if args.json:
+        args.json.write_text(json.dumps([sc.__dict__ for sc in scores], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
