@@ -147,9 +147,10 @@ def score(a: Snapshot, b: Snapshot, diff_doc: dict) -> PairScore:
     return s
 
 
-def run_matrix(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
-               jobs: int = 2) -> list[PairScore]:
-    def one(pair: tuple[Snapshot, Snapshot]) -> PairScore:
+def diff_documents(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
+                   jobs: int = 2) -> list[dict]:
+    """`kdb diff A B --format json` of every pair, in order."""
+    def one(pair: tuple[Snapshot, Snapshot]) -> dict:
         a, b = pair
         args = ["diff", a.tag, b.tag, "--format", "json", "--min-match", "0"]
         if across_targets:
@@ -157,10 +158,16 @@ def run_matrix(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_target
         proc = kdb(home, *args)
         if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
             raise RuntimeError(f"diff {a.tag} {b.tag}: exit {proc.returncode}: {proc.stderr.strip()}")
-        return score(a, b, json.loads(proc.stdout))
+        return json.loads(proc.stdout)
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(one, pairs))
+
+
+def run_matrix(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
+               jobs: int = 2) -> list[PairScore]:
+    docs = diff_documents(home, pairs, across_targets, jobs)
+    return [score(a, b, doc) for (a, b), doc in zip(pairs, docs)]
 
 
 def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:

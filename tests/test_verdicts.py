@@ -1,0 +1,82 @@
+"""Verdicts, ranking and occupancy over every kernel of the corpus (the shared home of test_pairing).
+
+Spill growth and occupancy are read from the diff's own per-pair figures, which the analysis tests
+check against llvm-readelf/cuobjdump; the occupancy oracle is the compiler's `; Occupancy:` comment.
+"""
+
+from __future__ import annotations
+
+import json
+
+from helpers import kdb_subprocess
+from test_pairing import corpus_home, same_target_diffs  # noqa: F401  (shared session fixtures)
+
+SPILL_COLUMNS = {"hip": ("vgpr_spill_count", "scratch_bytes"), "cuda": ("local_bytes", "stack_bytes")}
+SPILL_WORDS = ("spills", "scratch", "local memory", "stack")
+
+
+def _grew(k: dict, columns: tuple[str, ...]) -> bool:
+    for c in columns:
+        m = k["metrics"].get(c) or {}
+        if m.get("a") is not None and m.get("b") is not None and m["b"] > m["a"]:
+            return True
+    return False
+
+
+def _backend(k: dict) -> str:
+    return (k.get("target") or "hip").split(":")[0]
+
+
+def test_spill_growth_ranks_above_everything_else_and_says_why(same_target_diffs) -> None:  # noqa: F811
+    starts = grows = 0
+    for a, b, doc in same_target_diffs:
+        ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
+        spill = [i for i, k in enumerate(ranked) if _grew(k, SPILL_COLUMNS[_backend(k)])]
+        others = [i for i, k in enumerate(ranked) if i not in spill]
+        if spill and others:
+            assert max(spill) < min(others), (a.tag, b.tag, [ranked[i]["name"] for i in spill])
+        for i in spill:
+            k = ranked[i]
+            assert k["verdict"] == "regressed", (a.tag, b.tag, k["name"], k["verdict"])
+            assert any(w in (k.get("reason") or "") for w in SPILL_WORDS), (a.tag, b.tag, k.get("reason"))
+            grows += 1
+            starts += any((k["metrics"].get(c) or {}).get("a") == 0 for c in SPILL_COLUMNS[_backend(k)])
+    assert starts > 0 and grows > 0, "the corpus must hold kernels that start spilling in an upgrade"
+
+
+def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(same_target_diffs) -> None:  # noqa: F811
+    drops = neutral_sgpr = 0
+    for a, b, doc in same_target_diffs:
+        ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
+        drop = [i for i, k in enumerate(ranked) if not _grew(k, SPILL_COLUMNS[_backend(k)])
+                and ((k["metrics"].get("occupancy") or {}).get("delta") or 0) < 0]
+        rest = [i for i, k in enumerate(ranked) if not _grew(k, SPILL_COLUMNS[_backend(k)]) and i not in drop]
+        if drop and rest:
+            assert max(drop) < min(rest), (a.tag, b.tag)
+        drops += len(drop)
+        for k in ranked:
+            changed = {m for m, v in k["metrics"].items() if v.get("a") != v.get("b")}
+            if changed and changed <= {"sgpr_count", "code_size", "instr_count"}:
+                assert k["verdict"] == "neutral", (a.tag, b.tag, k["name"], k["verdict"], changed)
+                neutral_sgpr += "sgpr_count" in changed
+            if k.get("verdict"):  # every changed kernel says which deltas decided its verdict
+                assert k.get("reason"), (a.tag, b.tag, k["name"])
+    assert drops > 0
+
+
+def test_occupancy_llvm_equals_the_compilers_comment_on_every_kernel(corpus_home) -> None:  # noqa: F811
+    home, _ = corpus_home
+    rows = json.loads(kdb_subprocess(home, "sql", """
+        SELECT k.tag, k.cache_key, k.arch, k.vgpr_count, k.waves_per_eu, k.occupancy_llvm, k.occupancy_llvm_limiter,
+               k.occupancy, k.occupancy_limiter, k.vgpr_headroom, a.asm_occupancy
+        FROM kernels k JOIN kernel_analysis a USING (folder_digest) WHERE k.backend = 'hip'""",
+                                      "--format", "json").stdout)
+    with_comment = [r for r in rows if r["asm_occupancy"] is not None]
+    assert len(with_comment) > 1000, len(with_comment)
+    wrong = [r for r in with_comment if r["occupancy_llvm"] != r["asm_occupancy"]]
+    assert wrong == [], wrong[:5]
+    # kernels whose descriptor allocates more VGPRs than they use (waves_per_eu): LLVM's figure follows the allocation
+    allocated = [r for r in with_comment if r["occupancy_llvm_limiter"] == "waves_per_eu"]
+    assert allocated, "no kernel whose descriptor allocates more VGPRs than it uses"
+    # headroom is claimed only where VGPRs limit occupancy
+    assert [r for r in rows if r["vgpr_headroom"] is not None and r["occupancy_limiter"] != "vgpr"] == []
