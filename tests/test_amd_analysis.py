@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, compiled_kernels, load_manifest
 
-from kdb import disasm
+from kdb.analysis.amd import disasm
 from kdb.errors import KdbError, ParseError
-from kdb.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
-from kdb.parsers.amdgcn import GROUPS, classify, parse_amdgcn
-from kdb.parsers.hsaco import parse_hsaco
-from kdb.parsers.ttgir import parse_ttgir
+from kdb.analysis.amd.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
+from kdb.analysis.amd.amdgcn import GROUPS, classify, parse_amdgcn
+from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.triton.ttgir import parse_ttgir
 
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 READELF = str(LLVM_BIN / "llvm-readelf")

@@ -10,7 +10,9 @@ import pytest
 
 from conftest import load_manifest
 from helpers import kdb
-from kdb.catalog import Catalog, schema_files
+from kdb.ingest.columns import STAGED_COLUMNS
+from kdb.ingest.reindex import REINDEX_COLUMNS
+from kdb.store.catalog import Catalog, schema_files
 
 CONTRACT = {
     "kernels": ["tag", "cache_key", "name", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared",
@@ -140,3 +142,15 @@ def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, u
         assert with_info == len(rows)
     else:
         assert with_info == 0
+
+
+def test_staged_column_lists_match_the_schema(tmp_path):
+    """The column lists ingest and reindex stage (kdb/ingest/columns.py, defined once) name every column
+    of their tables, and nothing the schema lacks."""
+    with Catalog.open(tmp_path / "catalog.duckdb") as catalog:
+        for name, columns in {**STAGED_COLUMNS, **REINDEX_COLUMNS}.items():
+            rows = catalog.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                [name]).fetchall()
+            schema = [r[0] for r in rows]
+            assert sorted(columns) == sorted(c for c in schema if c in columns or c != "set_digest"), name

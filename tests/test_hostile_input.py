@@ -327,7 +327,7 @@ def test_export_refuses_dest_with_planted_symlink(ingested, tmp_path, capsys):
 
 def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys, monkeypatch):
     """An attacker swaps a not-yet-created folder of DEST for a link out of it mid-export: nothing lands outside."""
-    from kdb.store import BlobStore
+    from kdb.store.blobs import BlobStore
 
     home, _ = ingested
     outside = tmp_path / "outside"

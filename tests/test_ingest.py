@@ -11,8 +11,8 @@ import pytest
 from conftest import snapshot_names
 from helpers import duckdb_shell, kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 from kdb.errors import ExitCode
-from kdb.home import Home
-from kdb.maintenance import COMPACT_FREE_SHARE
+from kdb.store.home import Home
+from kdb.store.maintenance import COMPACT_FREE_SHARE
 
 AMD_PAIR = "t3.3.1-gfx942"
 
@@ -316,7 +316,7 @@ def test_sql_formats(ingested, capsys):
 
 
 def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, capsys):
-    from kdb.nvtools import find_tool
+    from kdb.analysis.nvidia.tools import find_tool
 
     n = corpus_manifest["snapshots"]["t3.6.0-sm80"]["kernel_count"]
     cache = unpack_snapshot("t3.6.0-sm80")

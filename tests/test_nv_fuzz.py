@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdb.errors import ParseError
-from kdb.parsers.cubin import parse_cubin
-from kdb.parsers.ptx import parse_ptx
+from kdb.analysis.nvidia.cubin import parse_cubin
+from kdb.analysis.nvidia.ptx import parse_ptx
 
 
 def _cuda_snapshot() -> str | None:

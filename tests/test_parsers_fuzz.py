@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kdb.errors import ParseError
-from kdb.parsers.amdgcn import parse_amdgcn
-from kdb.parsers.hsaco import parse_hsaco
-from kdb.parsers.ttgir import parse_ttgir
+from kdb.analysis.amd.amdgcn import parse_amdgcn
+from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.triton.ttgir import parse_ttgir
 
 
 def _seed_files() -> dict[str, list[bytes]]:

@@ -102,7 +102,7 @@ def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
 def test_ingest_killed_before_migrations_leaves_verifiable_home(tmp_path, capsys):
     """Regression: the catalog used to appear under its name before its migrations ran, so a kill in
     between left a catalog every reader refused. Now the first file a kill can leave is fully migrated."""
-    from kdb.catalog import Catalog
+    from kdb.store.catalog import Catalog
 
     home = tmp_path / "home"
     Catalog._create(home / "catalog.duckdb")

@@ -34,6 +34,8 @@ COMPRESSION_LEVEL = 9
 # Files above this are hashed and compressed in streaming passes instead of being held in memory.
 STREAM_THRESHOLD = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
+# Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
+ORPHAN_MAX_BYTES = 1 << 30
 
 
 def hash_bytes(data: bytes) -> str:
@@ -58,9 +60,11 @@ class BlobCheck:
     problem: str | None  # None when the blob is intact
 
 
+@dataclass(frozen=True)
 class BlobStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    """The store under `root`; equal (and hashing equal) to any other BlobStore of the same root."""
+
+    root: Path
 
     def path_for(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
@@ -182,3 +186,19 @@ class BlobStore:
             return size
         except FileNotFoundError:
             return 0
+
+
+def check_orphan(name: str, path: Path) -> str | None:
+    """Problem with a store file no catalog row names (None when it holds the content its name says)."""
+    payload = path.read_bytes()
+    try:
+        claimed = zstandard.get_frame_parameters(payload).content_size
+        if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
+            return f"blob {name} is corrupted (bad frame header)"
+        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=claimed + 1)
+    except zstandard.ZstdError as exc:
+        return f"blob {name} is corrupted ({exc})"
+    actual = hash_bytes(data)
+    if actual != name:
+        return f"blob {name} holds the content of {actual} (renamed or corrupted)"
+    return None

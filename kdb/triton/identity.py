@@ -29,8 +29,8 @@ import re
 from typing import Any
 
 from kdb.errors import ParseError
-from kdb.parsers.mlir_text import matching_paren, split_top
-from kdb.parsers.triton_json import KernelMeta
+from kdb.triton.mlir_text import matching_paren, split_top
+from kdb.triton.kernel_json import KernelMeta
 
 IDENTITY_VERSION = 1
 

@@ -7,17 +7,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import zstandard
-
-from kdb.catalog import Catalog
+from kdb.store.catalog import Catalog
 from kdb.errors import IntegrityError, UsageError
-from kdb.home import Home
-from kdb.lock import write_lock
-from kdb.store import TEMP_PREFIX, hash_bytes, is_blob_name
-
-# Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
-ORPHAN_MAX_BYTES = 1 << 30
-
+from kdb.store.home import Home
+from kdb.store.lock import write_lock
+from kdb.store.blobs import TEMP_PREFIX, check_orphan, is_blob_name
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
     with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
@@ -131,7 +125,7 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
         if not is_blob_name(name):
             report.problems.append(f"unexpected file in the store: {path}")
             continue
-        problem = _check_orphan(name, path)
+        problem = check_orphan(name, path)
         report.blobs_checked += 1
         if problem:
             report.problems.append(problem)
@@ -140,21 +134,6 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
             report.unreferenced_bytes += path.stat().st_size
     report.temporaries += sum(1 for path in home.scratch_files() if path.exists())
     return report
-
-
-def _check_orphan(name: str, path: Path) -> str | None:
-    payload = path.read_bytes()
-    try:
-        claimed = zstandard.get_frame_parameters(payload).content_size
-        if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
-            return f"blob {name} is corrupted (bad frame header)"
-        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=claimed + 1)
-    except zstandard.ZstdError as exc:
-        return f"blob {name} is corrupted ({exc})"
-    actual = hash_bytes(data)
-    if actual != name:
-        return f"blob {name} holds the content of {actual} (renamed or corrupted)"
-    return None
 
 
 def safe_relative(path: str) -> PurePosixPath:

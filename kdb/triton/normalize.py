@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 
-from kdb.parsers.mlir_text import matching_paren
+from kdb.triton.mlir_text import matching_paren
 
 _QUOTED_PATH = re.compile(r'"(?:[^"\\\n]|\\.)*/(?:[^"\\\n]|\\.)*"')
 

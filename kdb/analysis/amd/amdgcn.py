@@ -29,8 +29,6 @@ END_FUNCTION_COMMENT = "; -- End function"
 FILE_RE = re.compile(r'^\.file\s+(\d{1,9})\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
 #	.loc	1 22 25 is_stmt 1               ; build.py:22:25
 LOC_RE = re.compile(r"^\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
-#	v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[4:5], a[0:15]   (mnemonic, then operands)
-INSTRUCTION_RE = re.compile(r"^([a-z][a-z0-9_.]*)(?:\s+(.*))?$")
 #	buffer_store_dword v1, off, s[0:3], 0 offset:4 ; 4-byte Folded Spill
 FOLDED_RE = re.compile(r";\s*(\d{1,9})-byte Folded (Spill|Reload)\b")
 # ; Kernel info:

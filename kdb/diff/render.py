@@ -1,4 +1,4 @@
-"""Render `kdb diff` results (kdb/diff.py) as text: table, json, markdown, csv. Pure functions, no printing.
+"""Render `kdb diff` results (kdb/diff/model.py) as text: table, json, markdown, csv. Pure functions, no printing.
 
 The JSON document is described by docs/diff-json-schema.json (JSON Schema draft 2020-12).
 """
@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kdb.diff import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff
-from kdb.render import table_csv, table_markdown, table_text, to_json
+from kdb.diff.model import LIMITERS, METRICS, UNPAIRED, DiffResult, KernelDeepView, KernelDiff, KernelFacts, Status, spills
+from kdb.render.tables import table_csv, table_markdown, table_text, to_json
 
 FORMATS = ("table", "json", "markdown", "csv")
 SCHEMA_VERSION = 1
 TABLE_WIDTH = 80
-STATUS_LABEL = {"only_a": "only in A", "only_b": "only in B", "ambiguous": "ambiguous", "matched": "same",
-                "changed": "changed"}
 
 
 def summary_line(r: DiffResult) -> str:
@@ -25,16 +23,14 @@ def summary_line(r: DiffResult) -> str:
 
 
 def _label(k: KernelDiff) -> str:
-    if k.status == "changed":
-        return k.verdict or "changed"
-    return STATUS_LABEL[k.status]
+    return k.status.label
 
 
 def _arrow(k: KernelDiff, metric: str) -> str:
     m = k.metrics.get(metric)
     if not m:
-        row = k.a or k.b or {}
-        v = row.get(metric)
+        facts = k.facts
+        v = facts.get(metric) if facts else None
         return "" if v is None else str(v)
     a, b = m["a"], m["b"]
     if a == b:
@@ -43,14 +39,8 @@ def _arrow(k: KernelDiff, metric: str) -> str:
 
 
 def _spill_text(k: KernelDiff) -> str:
-    def total(row: dict[str, Any] | None) -> int | None:
-        if not row:
-            return None
-        vals = [row.get("vgpr_spill_count"), row.get("sgpr_spill_count")]
-        return None if all(v is None for v in vals) else sum(v or 0 for v in vals)
-
-    a, b = total(k.a), total(k.b)
-    if k.status in ("only_a", "only_b", "ambiguous"):
+    a, b = spills(k.a), spills(k.b)
+    if k.status in UNPAIRED:
         v = a if k.a else b
         return "" if v is None else str(v)
     if a == b:
@@ -59,13 +49,14 @@ def _spill_text(k: KernelDiff) -> str:
 
 
 def _regs_metric(k: KernelDiff) -> str:
-    row = k.a or k.b or {}
-    return "vgpr_count" if row.get("vgpr_count") is not None or row.get("backend") == "hip" else "registers"
+    facts = k.facts
+    hip = facts is not None and (facts.get("vgpr_count") is not None or facts.backend == "hip")
+    return "vgpr_count" if hip else "registers"
 
 
 def _scratch_metric(k: KernelDiff) -> str:
-    row = k.a or k.b or {}
-    return "scratch_bytes" if row.get("backend") == "hip" else "local_bytes"
+    facts = k.facts
+    return "scratch_bytes" if facts is not None and facts.backend == "hip" else "local_bytes"
 
 
 def _short(key: str | None) -> str:
@@ -75,7 +66,7 @@ def _short(key: str | None) -> str:
 def table_rows(r: DiffResult) -> list[list[Any]]:
     rows = []
     for k in r.kernels:
-        if k.status == "matched":
+        if k.status is Status.SAME:
             continue
         keys = _short(k.a_cache_key or k.b_cache_key)
         rows.append([
@@ -94,11 +85,11 @@ def render_table(r: DiffResult) -> str:
     rows = table_rows(r)
     if rows:
         out += "\n" + table_text(TABLE_HEADERS, rows, width=TABLE_WIDTH)
-    same = r.count("matched")
+    same = r.count(Status.SAME)
     if same:
         out += f"\n{same} paired kernels with the same facts not shown (--format json lists every kernel)\n"
     for k in r.kernels:
-        if k.status in ("only_a", "only_b", "ambiguous") and k.reason and not k.reason.startswith("no kernel with"):
+        if k.status in UNPAIRED and k.reason and not k.reason.startswith("no kernel with"):
             out += f"  {_label(k)}: {k.name} {_short(k.a_cache_key or k.b_cache_key)}: {k.reason}\n"
     if r.rules:
         out += f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}\n"
@@ -109,14 +100,14 @@ def render_table(r: DiffResult) -> str:
 
 def kernel_document(k: KernelDiff) -> dict[str, Any]:
     return {
-        "status": k.status,
-        "verdict": k.verdict,
+        "status": k.status.report_status,
+        "verdict": k.status.verdict,
         "severity": k.severity,
         "name": k.name,
         "target": k.target,
         "a_cache_key": k.a_cache_key,
         "b_cache_key": k.b_cache_key,
-        "identity": (k.a or k.b or {}).get("identity"),
+        "identity": k.facts.identity if k.facts else None,
         "reason": k.reason,
         "candidates": k.candidates,
         "metrics": k.metrics,
@@ -174,21 +165,26 @@ CSV_HEAD = ["status", "verdict", "severity", "name", "target", "a_cache_key", "b
             "reason", "fired_rules"]
 
 
+def _fact(facts: KernelFacts | None, column: str) -> Any:
+    return facts.get(column) if facts else None
+
+
 def render_csv(r: DiffResult) -> str:
     columns = CSV_HEAD + [f"{m}_{s}" for m in METRICS for s in ("a", "b", "delta")] + [f"{m}_{s}" for m in LIMITERS for s in ("a", "b")]
     rows = []
     for k in r.kernels:
-        row: list[Any] = [k.status, k.verdict, k.severity, k.name, k.target, k.a_cache_key, k.b_cache_key,
+        row: list[Any] = [k.status.report_status, k.status.verdict, k.severity, k.name, k.target, k.a_cache_key, k.b_cache_key,
                           k.first_changed_stage, k.reason, ";".join(k.fired_rules)]
         for m in METRICS:
             v = k.metrics.get(m)
             if v is None:
-                one = (k.a or k.b or {}).get(m)
+                facts = k.facts
+                one = facts.get(m) if facts else None
                 row += [one if k.a else None, one if k.b else None, None]
             else:
                 row += [v["a"], v["b"], v["delta"]]
         for m in LIMITERS:
-            v = k.limiters.get(m) or {"a": (k.a or {}).get(m), "b": (k.b or {}).get(m)}
+            v = k.limiters.get(m) or {"a": _fact(k.a, m), "b": _fact(k.b, m)}
             row += [v["a"], v["b"]]
         rows.append(row)
     return table_csv(columns, rows)

@@ -133,18 +133,3 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
         reason = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[0]
         raise ParseError(f"nvdisasm could not read the cubin: {reason}")
     return parse_nvdisasm(proc.stdout)
-
-
-def sass_mnemonics(cubin: bytes) -> Counter[str] | None:
-    """Full SASS opcodes (``LDG.E.128``) summed over the cubin's kernels; None without nvdisasm.
-
-    Triton writes one kernel per cubin, so this is that kernel's mix; use ``sass_by_kernel`` for
-    several, and ``base_opcode`` to fold modifiers away.
-    """
-    per_kernel = sass_by_kernel(cubin)
-    if per_kernel is None:
-        return None
-    total: Counter[str] = Counter()
-    for counts in per_kernel.values():
-        total.update(counts)
-    return total

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
 
 if TYPE_CHECKING:
-    from kdb.store import BlobStore
+    from kdb.store.blobs import BlobStore
 
 CATALOG_NAME = "catalog.duckdb"
 OBJECTS_DIR = "objects"
@@ -55,8 +56,9 @@ class Home:
     def lock_path(self) -> Path:
         return self.root / LOCK_NAME
 
-    @property
+    @cached_property
     def store(self) -> BlobStore:
-        from kdb.store import BlobStore
+        """One BlobStore per Home (the diff's normalised-text cache is keyed by it)."""
+        from kdb.store.blobs import BlobStore
 
         return BlobStore(self.root / OBJECTS_DIR)

@@ -18,7 +18,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from kdb.errors import ParseError
-from kdb.occupancy import ARCH_BY_MACH, arch_spec
+from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64

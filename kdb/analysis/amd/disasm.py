@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from kdb.errors import ParseError
-from kdb.parsers.hsaco import parse_hsaco
+from kdb.analysis.amd.hsaco import parse_hsaco
 
 # Preferred first; the bare name on PATH is Debian's default and too old unless it says otherwise.
 OBJDUMP_CANDIDATES = ("/usr/lib/llvm-22/bin/llvm-objdump", "llvm-objdump-22", "llvm-objdump-19")
