@@ -81,7 +81,10 @@ def main() -> int:
         other = args.out / path.name
         if not other.exists() or other.read_bytes() != path.read_bytes():
             differ.append(path.name)
-    print(f"{len(differ)} of {len(list(args.compare.iterdir()))} files differ" + (": " + ", ".join(differ) if differ else ""))
+    print(
+        f"{len(differ)} of {len(list(args.compare.iterdir()))} files differ"
+        + (": " + ", ".join(differ) if differ else "")
+    )
     return 1 if differ else 0
 
 

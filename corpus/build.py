@@ -28,6 +28,7 @@ Requirements on the host: python3 >= 3.11 with `zstandard` (pip install zstandar
 for AMD targets an AMD-capable ld.lld (Debian package lld-22 -> /usr/lib/llvm-22/bin/ld.lld,
 override with --lld or TRITON_HIP_LLD_PATH). No GPU is needed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,6 +74,7 @@ def vtuple(v: str) -> tuple[int, ...]:
 # div16: arguments given tt.divisibility=16. one: integer arguments specialised to value 1.
 # --------------------------------------------------------------------------------------------
 
+
 def _ptrs(names, ty):
     return {n: f"*{ty}" for n in names}
 
@@ -80,52 +82,128 @@ def _ptrs(names, ty):
 def build_configs() -> list[dict]:
     cfgs: list[dict] = []
 
-    def add(cid, source, kernel, sig, constexprs, options, div16=(), one=(), backends=("hip", "cuda"),
-            min_version="3.0.0", note=None):
-        cfgs.append(dict(config=cid, source=source, kernel=kernel, sig=sig, constexprs=constexprs,
-                         options=options, div16=list(div16), one=list(one), backends=list(backends),
-                         min_version=min_version, note=note))
+    def add(
+        cid,
+        source,
+        kernel,
+        sig,
+        constexprs,
+        options,
+        div16=(),
+        one=(),
+        backends=("hip", "cuda"),
+        min_version="3.0.0",
+        note=None,
+    ):
+        cfgs.append(
+            dict(
+                config=cid,
+                source=source,
+                kernel=kernel,
+                sig=sig,
+                constexprs=constexprs,
+                options=options,
+                div16=list(div16),
+                one=list(one),
+                backends=list(backends),
+                min_version=min_version,
+                note=note,
+            )
+        )
 
     # vector add
     for ty, block, w in [("fp32", 1024, 4), ("fp16", 4096, 8)]:
-        add(f"vector_add/{ty}/b{block}/w{w}", "kernels/vector_add.py", "add_kernel",
+        add(
+            f"vector_add/{ty}/b{block}/w{w}",
+            "kernels/vector_add.py",
+            "add_kernel",
             {**_ptrs(["x_ptr", "y_ptr", "out_ptr"], ty), "n_elements": "i32", "BLOCK": "constexpr"},
-            {"BLOCK": block}, {"num_warps": w}, div16=["x_ptr", "y_ptr", "out_ptr", "n_elements"])
+            {"BLOCK": block},
+            {"num_warps": w},
+            div16=["x_ptr", "y_ptr", "out_ptr", "n_elements"],
+        )
     # fused elementwise
     for ty, block, w in [("fp32", 1024, 4), ("bf16", 2048, 4)]:
-        add(f"fused_elementwise/{ty}/b{block}/w{w}", "kernels/fused_elementwise.py", "fused_elementwise_kernel",
+        add(
+            f"fused_elementwise/{ty}/b{block}/w{w}",
+            "kernels/fused_elementwise.py",
+            "fused_elementwise_kernel",
             {**_ptrs(["x_ptr", "y_ptr", "out_ptr"], ty), "n_elements": "i32", "alpha": "fp32", "BLOCK": "constexpr"},
-            {"BLOCK": block}, {"num_warps": w}, div16=["x_ptr", "y_ptr", "out_ptr"])
+            {"BLOCK": block},
+            {"num_warps": w},
+            div16=["x_ptr", "y_ptr", "out_ptr"],
+        )
     # softmax
     for ty, block, w in [("fp32", 1024, 4), ("fp16", 4096, 8)]:
-        add(f"softmax/{ty}/b{block}/w{w}", "kernels/softmax.py", "softmax_kernel",
-            {**_ptrs(["out_ptr", "in_ptr"], ty), "in_row_stride": "i32", "out_row_stride": "i32",
-             "n_cols": "i32", "BLOCK": "constexpr"},
-            {"BLOCK": block}, {"num_warps": w}, div16=["out_ptr", "in_ptr", "in_row_stride", "out_row_stride"])
+        add(
+            f"softmax/{ty}/b{block}/w{w}",
+            "kernels/softmax.py",
+            "softmax_kernel",
+            {
+                **_ptrs(["out_ptr", "in_ptr"], ty),
+                "in_row_stride": "i32",
+                "out_row_stride": "i32",
+                "n_cols": "i32",
+                "BLOCK": "constexpr",
+            },
+            {"BLOCK": block},
+            {"num_warps": w},
+            div16=["out_ptr", "in_ptr", "in_row_stride", "out_row_stride"],
+        )
     # layer norm forward
     for ty, block, w in [("fp32", 1024, 4), ("fp16", 2048, 8)]:
-        add(f"layer_norm_fwd/{ty}/b{block}/w{w}", "kernels/layer_norm.py", "layer_norm_fwd_kernel",
-            {**_ptrs(["x_ptr", "y_ptr"], ty), **_ptrs(["w_ptr", "b_ptr", "mean_ptr", "rstd_ptr"], "fp32"),
-             "stride": "i32", "n_cols": "i32", "eps": "fp32", "BLOCK": "constexpr"},
-            {"BLOCK": block}, {"num_warps": w},
-            div16=["x_ptr", "y_ptr", "w_ptr", "b_ptr", "mean_ptr", "rstd_ptr", "stride"])
+        add(
+            f"layer_norm_fwd/{ty}/b{block}/w{w}",
+            "kernels/layer_norm.py",
+            "layer_norm_fwd_kernel",
+            {
+                **_ptrs(["x_ptr", "y_ptr"], ty),
+                **_ptrs(["w_ptr", "b_ptr", "mean_ptr", "rstd_ptr"], "fp32"),
+                "stride": "i32",
+                "n_cols": "i32",
+                "eps": "fp32",
+                "BLOCK": "constexpr",
+            },
+            {"BLOCK": block},
+            {"num_warps": w},
+            div16=["x_ptr", "y_ptr", "w_ptr", "b_ptr", "mean_ptr", "rstd_ptr", "stride"],
+        )
 
     # matmul
-    mm_sig = lambda ty: {**_ptrs(["a_ptr", "b_ptr"], ty), "c_ptr": "*fp32" if ty == "fp32" else f"*{ty}",
-                         "M": "i32", "N": "i32", "K": "i32",
-                         "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32", "stride_bn": "i32",
-                         "stride_cm": "i32", "stride_cn": "i32",
-                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
-                         "GROUP_M": "constexpr"}
+    mm_sig = lambda ty: {
+        **_ptrs(["a_ptr", "b_ptr"], ty),
+        "c_ptr": "*fp32" if ty == "fp32" else f"*{ty}",
+        "M": "i32",
+        "N": "i32",
+        "K": "i32",
+        "stride_am": "i32",
+        "stride_ak": "i32",
+        "stride_bk": "i32",
+        "stride_bn": "i32",
+        "stride_cm": "i32",
+        "stride_cn": "i32",
+        "BLOCK_M": "constexpr",
+        "BLOCK_N": "constexpr",
+        "BLOCK_K": "constexpr",
+        "GROUP_M": "constexpr",
+    }
     mm_div = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"]
     mm_one = ["stride_ak", "stride_bn", "stride_cn"]  # row-major inputs: unit inner strides
 
     def mm(ty, m, n, k, w, s, extra=None, backends=("hip", "cuda"), suffix=""):
         opts = {"num_warps": w, "num_stages": s, **(extra or {})}
         cid = f"matmul/{ty}/m{m}n{n}k{k}/w{w}/s{s}{suffix}"
-        add(cid, "kernels/matmul.py", "matmul_kernel", mm_sig(ty),
-            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, opts,
-            div16=mm_div, one=mm_one, backends=backends)
+        add(
+            cid,
+            "kernels/matmul.py",
+            "matmul_kernel",
+            mm_sig(ty),
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8},
+            opts,
+            div16=mm_div,
+            one=mm_one,
+            backends=backends,
+        )
 
     mm("fp16", 32, 32, 32, 4, 2)
     mm("fp16", 64, 64, 32, 4, 2)
@@ -147,46 +225,127 @@ def build_configs() -> list[dict]:
     mm("fp16", 128, 128, 64, 4, 2, {"matrix_instr_nonkdim": 16}, amd, "/nonk16")
     mm("fp16", 128, 128, 64, 4, 2, {"matrix_instr_nonkdim": 32}, amd, "/nonk32")
     mm("fp16", 128, 128, 64, 4, 2, {"kpack": 2}, amd, "/kpack2")
-    mm("bf16", 128, 128, 64, 8, 2, {"waves_per_eu": 1, "matrix_instr_nonkdim": 16, "kpack": 2}, amd,
-       "/wpe1/nonk16/kpack2")
+    mm(
+        "bf16",
+        128,
+        128,
+        64,
+        8,
+        2,
+        {"waves_per_eu": 1, "matrix_instr_nonkdim": 16, "kpack": 2},
+        amd,
+        "/wpe1/nonk16/kpack2",
+    )
 
     # flash attention forward
-    fa_sig = lambda ty: {**_ptrs(["q_ptr", "k_ptr", "v_ptr", "o_ptr"], ty), "sm_scale": "fp32", "seq_len": "i32",
-                         "stride_qh": "i32", "stride_qm": "i32", "stride_kh": "i32", "stride_kn": "i32",
-                         "stride_vh": "i32", "stride_vn": "i32", "stride_oh": "i32", "stride_om": "i32",
-                         "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr"}
-    fa_div = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "seq_len", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
-              "stride_vh", "stride_vn", "stride_oh", "stride_om"]
+    fa_sig = lambda ty: {
+        **_ptrs(["q_ptr", "k_ptr", "v_ptr", "o_ptr"], ty),
+        "sm_scale": "fp32",
+        "seq_len": "i32",
+        "stride_qh": "i32",
+        "stride_qm": "i32",
+        "stride_kh": "i32",
+        "stride_kn": "i32",
+        "stride_vh": "i32",
+        "stride_vn": "i32",
+        "stride_oh": "i32",
+        "stride_om": "i32",
+        "BLOCK_M": "constexpr",
+        "BLOCK_N": "constexpr",
+        "HEAD_DIM": "constexpr",
+    }
+    fa_div = [
+        "q_ptr",
+        "k_ptr",
+        "v_ptr",
+        "o_ptr",
+        "seq_len",
+        "stride_qh",
+        "stride_qm",
+        "stride_kh",
+        "stride_kn",
+        "stride_vh",
+        "stride_vn",
+        "stride_oh",
+        "stride_om",
+    ]
     for ty in ("fp16", "bf16"):
         for d in (64, 128):
             for bm, bn, w, s in [(64, 64, 4, 1), (128, 64, 8, 2)]:
-                add(f"attn_fwd/{ty}/d{d}/m{bm}n{bn}/w{w}/s{s}", "kernels/flash_attention.py", "attn_fwd_kernel",
-                    fa_sig(ty), {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d}, {"num_warps": w, "num_stages": s},
-                    div16=fa_div)
-    add("attn_fwd/fp16/d128/m128n128/w4/s2", "kernels/flash_attention.py", "attn_fwd_kernel",
-        fa_sig("fp16"), {"BLOCK_M": 128, "BLOCK_N": 128, "HEAD_DIM": 128}, {"num_warps": 4, "num_stages": 2},
-        div16=fa_div)
+                add(
+                    f"attn_fwd/{ty}/d{d}/m{bm}n{bn}/w{w}/s{s}",
+                    "kernels/flash_attention.py",
+                    "attn_fwd_kernel",
+                    fa_sig(ty),
+                    {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d},
+                    {"num_warps": w, "num_stages": s},
+                    div16=fa_div,
+                )
+    add(
+        "attn_fwd/fp16/d128/m128n128/w4/s2",
+        "kernels/flash_attention.py",
+        "attn_fwd_kernel",
+        fa_sig("fp16"),
+        {"BLOCK_M": 128, "BLOCK_N": 128, "HEAD_DIM": 128},
+        {"num_warps": 4, "num_stages": 2},
+        div16=fa_div,
+    )
 
     # register hog (meant to spill)
     for ty, m, n, k, w in [("fp32", 256, 256, 32, 4), ("fp16", 256, 256, 64, 4), ("fp32", 128, 256, 32, 4)]:
-        add(f"register_hog/{ty}/m{m}n{n}k{k}/w{w}", "kernels/register_hog.py", "register_hog_kernel",
-            {**_ptrs(["a_ptr", "b_ptr"], ty), "c_ptr": "*fp32", "K": "i32", "stride_am": "i32", "stride_bk": "i32",
-             "stride_cm": "i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"},
-            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, {"num_warps": w},
-            div16=["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bk", "stride_cm"])
+        add(
+            f"register_hog/{ty}/m{m}n{n}k{k}/w{w}",
+            "kernels/register_hog.py",
+            "register_hog_kernel",
+            {
+                **_ptrs(["a_ptr", "b_ptr"], ty),
+                "c_ptr": "*fp32",
+                "K": "i32",
+                "stride_am": "i32",
+                "stride_bk": "i32",
+                "stride_cm": "i32",
+                "BLOCK_M": "constexpr",
+                "BLOCK_N": "constexpr",
+                "BLOCK_K": "constexpr",
+            },
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k},
+            {"num_warps": w},
+            div16=["a_ptr", "b_ptr", "c_ptr", "K", "stride_am", "stride_bk", "stride_cm"],
+        )
 
     # integer argument specialised to 1 (and the same kernel without the specialisation)
     sc_sig = {"src_ptr": "*fp32", "dst_ptr": "*fp32", "n_elements": "i32", "src_stride": "i32", "BLOCK": "constexpr"}
-    add("strided_copy/stride1/b1024", "kernels/strided_copy.py", "strided_copy_kernel", sc_sig, {"BLOCK": 1024},
-        {"num_warps": 4}, div16=["src_ptr", "dst_ptr"], one=["src_stride"])
-    add("strided_copy/stride_any/b1024", "kernels/strided_copy.py", "strided_copy_kernel", sc_sig, {"BLOCK": 1024},
-        {"num_warps": 4}, div16=["src_ptr", "dst_ptr"])
+    add(
+        "strided_copy/stride1/b1024",
+        "kernels/strided_copy.py",
+        "strided_copy_kernel",
+        sc_sig,
+        {"BLOCK": 1024},
+        {"num_warps": 4},
+        div16=["src_ptr", "dst_ptr"],
+        one=["src_stride"],
+    )
+    add(
+        "strided_copy/stride_any/b1024",
+        "kernels/strided_copy.py",
+        "strided_copy_kernel",
+        sc_sig,
+        {"BLOCK": 1024},
+        {"num_warps": 4},
+        div16=["src_ptr", "dst_ptr"],
+    )
 
     # same kernel name, two source files
     for src in ("scale_a", "scale_b"):
-        add(f"{src}/fp32/b1024", f"kernels/{src}.py", "scale_kernel",
+        add(
+            f"{src}/fp32/b1024",
+            f"kernels/{src}.py",
+            "scale_kernel",
             {"x_ptr": "*fp32", "out_ptr": "*fp32", "factor": "fp32", "n_elements": "i32", "BLOCK": "constexpr"},
-            {"BLOCK": 1024}, {"num_warps": 4}, div16=["x_ptr", "out_ptr"])
+            {"BLOCK": 1024},
+            {"num_warps": 4},
+            div16=["x_ptr", "out_ptr"],
+        )
     return cfgs
 
 
@@ -201,6 +360,7 @@ def configs_for(name: str) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # Worker mode: runs inside the Triton venv. Imports nothing outside the standard library and Triton.
 # --------------------------------------------------------------------------------------------
+
 
 def _folders(cache: Path) -> set[str]:
     return {p.name for p in cache.iterdir() if p.is_dir()} if cache.exists() else set()
@@ -262,12 +422,15 @@ def worker_main(args) -> int:
         # 3.0 / 3.1: signature holds the non-constexpr arguments; constexpr and equal-to-1
         # arguments go to `constants`; specialisations go to an AttrsDescriptor of indices.
         from triton.compiler.compiler import AttrsDescriptor
+
         sig = {n: t for n, t in cfg["sig"].items() if t != "constexpr"}
         consts = {n: cfg["constexprs"][n] for n, t in cfg["sig"].items() if t == "constexpr"}
         for n in cfg["one"]:
             consts[n] = 1
-        attrs = AttrsDescriptor(divisible_by_16=tuple(names.index(n) for n in cfg["div16"]),
-                                equal_to_1=tuple(names.index(n) for n in cfg["one"]))
+        attrs = AttrsDescriptor(
+            divisible_by_16=tuple(names.index(n) for n in cfg["div16"]),
+            equal_to_1=tuple(names.index(n) for n in cfg["one"]),
+        )
         return ASTSource(fn=fn, signature=sig, constants=consts, attrs=attrs)
 
     def emit(rec):
@@ -296,19 +459,36 @@ def worker_main(args) -> int:
             for o, v in cfg["options"].items():
                 if applied.get(o) != v:
                     notes.append(f"requested {o}={v}, compiler applied {o}={applied.get(o)}")
-            emit({"event": "ok", "config": cfg["config"], "cache_key": key, "reused": not new,
-                  "applied_options": applied, "notes": notes, "seconds": round(time.time() - t0, 2)})
+            emit(
+                {
+                    "event": "ok",
+                    "config": cfg["config"],
+                    "cache_key": key,
+                    "reused": not new,
+                    "applied_options": applied,
+                    "notes": notes,
+                    "seconds": round(time.time() - t0, 2),
+                }
+            )
         except BaseException as exc:  # noqa: BLE001 - record and continue
-            emit({"event": "fail", "config": cfg["config"], "reason": _one_line(exc),
-                  "new_folders": sorted(_folders(cache) - before)})
+            emit(
+                {
+                    "event": "fail",
+                    "config": cfg["config"],
+                    "reason": _one_line(exc),
+                    "new_folders": sorted(_folders(cache) - before),
+                }
+            )
     if spec.get("autotune"):
         run_autotune(spec, cache, target, load, emit)
     out.close()
     return 0
 
 
-AUTOTUNE_NOTE = ("timings in the .autotune.json are deterministic placeholders written by the corpus "
-                 "build's stand-in benchmark (no GPU was used); they are not measurements")
+AUTOTUNE_NOTE = (
+    "timings in the .autotune.json are deterministic placeholders written by the corpus "
+    "build's stand-in benchmark (no GPU was used); they are not measurements"
+)
 
 
 def run_autotune(spec, cache, target, load, emit):
@@ -318,9 +498,9 @@ def run_autotune(spec, cache, target, load, emit):
     Triton's own JIT (warmup, no launch) and returns placeholder timings. Triton's Autotuner then
     writes NAME.autotune.json itself (Autotuner.check_disk_cache)."""
     import triton
+    import triton.language as tl
     from triton.runtime import driver as drv
     from triton.runtime.jit import MockTensor
-    import triton.language as tl
 
     cid_base = "autotune/autotuned_axpy"
     source = "kernels/autotuned_add.py"
@@ -363,6 +543,7 @@ def run_autotune(spec, cache, target, load, emit):
                 k = self.fn.run(*args, grid=(1,), warmup=True, **kwargs)
                 new = sorted(_folders(cache) - before)
                 from triton.runtime.cache import get_cache_manager
+
                 key = Path(get_cache_manager(k.hash).cache_dir).name
                 if new and new != [key]:
                     raise RuntimeError(f"cache diff {new} disagrees with kernel hash folder {key}")
@@ -376,10 +557,12 @@ def run_autotune(spec, cache, target, load, emit):
             return [t, t, t] if quantiles else t
 
         confs = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in mod.AUTOTUNE_CONFIGS]
-        tuner = triton.autotune(configs=confs, key=["n_elements"], cache_results=True,
-                                do_bench=placeholder_bench)(jitfn)
+        tuner = triton.autotune(configs=confs, key=["n_elements"], cache_results=True, do_bench=placeholder_bench)(
+            jitfn
+        )
         tuner.fn = WarmupOnly(jitfn)
         drv.set_active(StandInDriver())
+
         class SmallMockTensor(MockTensor):
             """MockTensor of a 4096-element buffer (HIP 3.6+ asks ptr_range() for buffer-op specialisation)."""
 
@@ -393,6 +576,7 @@ def run_autotune(spec, cache, target, load, emit):
                 # HIPBackend.is_within_2gb (3.6+) does `import torch` before looking at ptr_range();
                 # a stub keeps that import working on a machine without PyTorch.
                 import types
+
                 stub = types.ModuleType("torch")
                 stub.Tensor = type("Tensor", (), {})
                 sys.modules["torch"] = stub
@@ -401,27 +585,44 @@ def run_autotune(spec, cache, target, load, emit):
         tuner.run(x, y, o, 4096, 2.0)
         new_all = _folders(cache) - before_all
         kernel_keys = {c[2] for c in compiled}
-        at_folders = sorted(f for f in new_all - kernel_keys
-                            if (cache / f / f"{jitfn.__name__}.autotune.json").exists())
+        at_folders = sorted(
+            f for f in new_all - kernel_keys if (cache / f / f"{jitfn.__name__}.autotune.json").exists()
+        )
         for cfg_i, (b, w) in enumerate(mod.AUTOTUNE_CONFIGS):
             matches = [c for c in compiled if c[1].get("BLOCK") == b and c[1].get("num_warps") == w]
             if not matches:
                 emit({"event": "fail", "config": f"{cid_base}/b{b}/w{w}", "reason": "autotuner did not compile it"})
                 continue
             _, kw, key, reused = matches[0]
-            emit({"event": "ok", "config": f"{cid_base}/b{b}/w{w}", "cache_key": key, "reused": reused,
-                  "kernel": jitfn.__name__, "source": source,
-                  "constexprs": {"BLOCK": b}, "options": {"num_warps": w},
-                  "applied_options": {"num_warps": w}, "notes": [AUTOTUNE_NOTE],
-                  "autotune_folder": at_folders[0] if at_folders else None,
-                  "sig_types": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
-                                "alpha": "fp32"}})
+            emit(
+                {
+                    "event": "ok",
+                    "config": f"{cid_base}/b{b}/w{w}",
+                    "cache_key": key,
+                    "reused": reused,
+                    "kernel": jitfn.__name__,
+                    "source": source,
+                    "constexprs": {"BLOCK": b},
+                    "options": {"num_warps": w},
+                    "applied_options": {"num_warps": w},
+                    "notes": [AUTOTUNE_NOTE],
+                    "autotune_folder": at_folders[0] if at_folders else None,
+                    "sig_types": {
+                        "x_ptr": "*fp32",
+                        "y_ptr": "*fp32",
+                        "out_ptr": "*fp32",
+                        "n_elements": "i32",
+                        "alpha": "fp32",
+                    },
+                }
+            )
         if not at_folders:
             emit({"event": "fail", "config": cid_base, "reason": "no .autotune.json folder was written"})
         else:
             emit({"event": "autotune", "config": cid_base, "folders": at_folders})
     except BaseException as exc:  # noqa: BLE001
         import traceback
+
         traceback.print_exc()
         emit({"event": "fail", "config": cid_base, "reason": _one_line(exc)})
 
@@ -429,6 +630,7 @@ def run_autotune(spec, cache, target, load, emit):
 # --------------------------------------------------------------------------------------------
 # Host mode
 # --------------------------------------------------------------------------------------------
+
 
 def ensure_venv(workdir: Path, version: str, wheelhouse: Path) -> Path:
     venv = workdir / "venvs" / f"t{version}"
@@ -494,8 +696,10 @@ def pack(cache: Path, archive: Path) -> tuple[int, int]:
 def count_kernels(cache: Path) -> int:
     n = 0
     for d in cache.iterdir():
-        if d.is_dir() and any(f.suffix == ".json" and not f.name.startswith("__grp__")
-                              and not f.name.endswith(".autotune.json") for f in d.iterdir()):
+        if d.is_dir() and any(
+            f.suffix == ".json" and not f.name.startswith("__grp__") and not f.name.endswith(".autotune.json")
+            for f in d.iterdir()
+        ):
             n += 1
     return n
 
@@ -536,14 +740,26 @@ def build_snapshot(name: str, args) -> dict:
     start_times: dict[str, float] = {}
     autotune_pending = want_autotune
     while remaining or autotune_pending:
-        spec = {"src_root": str(src_root), "backend": backend, "target": target, "warp_size": warp,
-                "results": str(results), "configs": remaining, "autotune": autotune_pending}
+        spec = {
+            "src_root": str(src_root),
+            "backend": backend,
+            "target": target,
+            "warp_size": warp,
+            "results": str(results),
+            "configs": remaining,
+            "autotune": autotune_pending,
+        }
         spec_path = jobdir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.time()
         log = (jobdir / "worker.log").open("a")
-        proc = subprocess.Popen([str(py), str(Path(__file__).resolve()), "--worker", str(spec_path)], env=env,
-                                cwd=str(workdir), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(py), str(Path(__file__).resolve()), "--worker", str(spec_path)],
+            env=env,
+            cwd=str(workdir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         timed_out = None
         while proc.poll() is None:
             time.sleep(1)
@@ -566,8 +782,10 @@ def build_snapshot(name: str, args) -> dict:
         culprit = started[-1] if started else None
         if culprit:
             if timed_out == culprit:
-                reason = (f"compile did not finish within {args.config_timeout}s (killed; the partial cache "
-                          "folder Triton had written so far is kept as is)")
+                reason = (
+                    f"compile did not finish within {args.config_timeout}s (killed; the partial cache "
+                    "folder Triton had written so far is kept as is)"
+                )
             else:
                 tail = ((jobdir / "worker.log").read_text().strip().splitlines() or [f"rc={rc}"])[-1][:300]
                 reason = f"compiler process died (rc={rc}): {tail}"
@@ -587,25 +805,47 @@ def build_snapshot(name: str, args) -> dict:
         if e["event"] == "ok":
             c = by_id.get(e["config"])
             if c is not None:
-                rec = {"config": c["config"], "kernel": c["kernel"], "source": c["source"],
-                       "cache_key": e["cache_key"], "constexprs": c["constexprs"], "options": c["options"],
-                       "specialized_to_1": c["one"], "divisible_by_16": c["div16"],
-                       "signature": {k: v for k, v in c["sig"].items() if v != "constexpr"},
-                       "applied_options": e["applied_options"], "reused_folder": e["reused"],
-                       "notes": e["notes"]}
+                rec = {
+                    "config": c["config"],
+                    "kernel": c["kernel"],
+                    "source": c["source"],
+                    "cache_key": e["cache_key"],
+                    "constexprs": c["constexprs"],
+                    "options": c["options"],
+                    "specialized_to_1": c["one"],
+                    "divisible_by_16": c["div16"],
+                    "signature": {k: v for k, v in c["sig"].items() if v != "constexpr"},
+                    "applied_options": e["applied_options"],
+                    "reused_folder": e["reused"],
+                    "notes": e["notes"],
+                }
             else:
-                rec = {"config": e["config"], "kernel": e["kernel"], "source": e["source"],
-                       "cache_key": e["cache_key"], "constexprs": e["constexprs"], "options": e["options"],
-                       "specialized_to_1": [], "divisible_by_16": None, "signature": e["sig_types"],
-                       "applied_options": e["applied_options"], "reused_folder": e["reused"],
-                       "notes": e["notes"], "autotune_folder": e["autotune_folder"]}
+                rec = {
+                    "config": e["config"],
+                    "kernel": e["kernel"],
+                    "source": e["source"],
+                    "cache_key": e["cache_key"],
+                    "constexprs": e["constexprs"],
+                    "options": e["options"],
+                    "specialized_to_1": [],
+                    "divisible_by_16": None,
+                    "signature": e["sig_types"],
+                    "applied_options": e["applied_options"],
+                    "reused_folder": e["reused"],
+                    "notes": e["notes"],
+                    "autotune_folder": e["autotune_folder"],
+                }
             records.append(rec)
         elif e["event"] == "fail":
             failed.append({"config": e["config"], "reason": e["reason"]})
     failed += crash_fails
     if vtuple(version) < (3, 4):
-        failed.append({"config": "autotune/autotuned_axpy",
-                       "reason": f"skipped: Triton {version} has no Autotuner disk cache (cache_results is 3.4+)"})
+        failed.append(
+            {
+                "config": "autotune/autotuned_axpy",
+                "reason": f"skipped: Triton {version} has no Autotuner disk cache (cache_results is 3.4+)",
+            }
+        )
 
     archive_rel = f"snapshots/{name}.tar.zst"
     files, size = pack(cache, CORPUS / archive_rel)
@@ -613,10 +853,20 @@ def build_snapshot(name: str, args) -> dict:
     rec_rel = f"records/{name}.json"
     (CORPUS / "records").mkdir(exist_ok=True)
     (CORPUS / rec_rel).write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
-    entry = {"triton_version": version, "backend": backend, "target": str(target) if backend == "hip" else f"sm{target}",
-             "warp_size": warp, "archive": archive_rel, "sha256": sha, "archive_bytes": size,
-             "kernel_count": count_kernels(cache), "file_count": files,
-             "build_command": f"python corpus/build.py --snapshot {name}", "records": rec_rel, "failed": failed}
+    entry = {
+        "triton_version": version,
+        "backend": backend,
+        "target": str(target) if backend == "hip" else f"sm{target}",
+        "warp_size": warp,
+        "archive": archive_rel,
+        "sha256": sha,
+        "archive_bytes": size,
+        "kernel_count": count_kernels(cache),
+        "file_count": files,
+        "build_command": f"python corpus/build.py --snapshot {name}",
+        "records": rec_rel,
+        "failed": failed,
+    }
     return entry
 
 
@@ -633,15 +883,30 @@ def main(argv=None) -> int:
     ap.add_argument("--snapshot", action="append", choices=sorted(SNAPSHOTS), help="snapshot to (re)build; repeatable")
     ap.add_argument("--all", action="store_true", help="rebuild every snapshot")
     ap.add_argument("--list", action="store_true", help="list snapshots and their configs, then exit")
-    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
-                    help=f"work dir outside the repo for venvs, fixed source copy and caches (default {DEFAULT_WORKDIR};"
-                         " env KDB_CORPUS_WORKDIR). Keep it fixed for byte-identical rebuilds.")
-    ap.add_argument("--wheelhouse", type=Path, default=DEFAULT_WHEELHOUSE,
-                    help=f"folder with Triton wheels (default {DEFAULT_WHEELHOUSE}); PyPI is used when absent")
-    ap.add_argument("--lld", default=os.environ.get("TRITON_HIP_LLD_PATH", DEFAULT_LLD),
-                    help=f"AMD-capable ld.lld for HIP targets (default {DEFAULT_LLD})")
-    ap.add_argument("--config-timeout", type=int, default=150,
-                    help="seconds one config may compile before it is killed and recorded as failed (default 150)")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help=f"work dir outside the repo for venvs, fixed source copy and caches (default {DEFAULT_WORKDIR};"
+        " env KDB_CORPUS_WORKDIR). Keep it fixed for byte-identical rebuilds.",
+    )
+    ap.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=DEFAULT_WHEELHOUSE,
+        help=f"folder with Triton wheels (default {DEFAULT_WHEELHOUSE}); PyPI is used when absent",
+    )
+    ap.add_argument(
+        "--lld",
+        default=os.environ.get("TRITON_HIP_LLD_PATH", DEFAULT_LLD),
+        help=f"AMD-capable ld.lld for HIP targets (default {DEFAULT_LLD})",
+    )
+    ap.add_argument(
+        "--config-timeout",
+        type=int,
+        default=150,
+        help="seconds one config may compile before it is killed and recorded as failed (default 150)",
+    )
     ap.add_argument("--jobs", type=int, default=1, help="snapshots built in parallel (default 1)")
     ap.add_argument("--only", action="append", help=argparse.SUPPRESS)  # debugging: config-id glob
     ap.add_argument("--no-autotune", action="store_true", help=argparse.SUPPRESS)
@@ -653,7 +918,11 @@ def main(argv=None) -> int:
     if args.list:
         for n in SNAPSHOTS:
             cs = configs_for(n)
-            print(f"{n}: {len(cs)} configs (+ autotune)" if vtuple(SNAPSHOTS[n][0]) >= (3, 4) else f"{n}: {len(cs)} configs")
+            print(
+                f"{n}: {len(cs)} configs (+ autotune)"
+                if vtuple(SNAPSHOTS[n][0]) >= (3, 4)
+                else f"{n}: {len(cs)} configs"
+            )
         for c in CONFIGS:
             print(f"  {c['config']}  [{','.join(c['backends'])}]")
         return 0
@@ -674,8 +943,11 @@ def main(argv=None) -> int:
         for n, entry, secs in pool.map(one, names):
             if not args.no_manifest:
                 update_manifest({n: entry})
-            print(f"{n}: {entry['kernel_count']} kernels, {entry['file_count']} files, {entry['archive_bytes']} bytes,"
-                  f" {len(entry['failed'])} failed, {secs:.0f}s", flush=True)
+            print(
+                f"{n}: {entry['kernel_count']} kernels, {entry['file_count']} files, {entry['archive_bytes']} bytes,"
+                f" {len(entry['failed'])} failed, {secs:.0f}s",
+                flush=True,
+            )
             for f in entry["failed"]:
                 print(f"  FAILED {f['config']}: {f['reason']}")
     return 0

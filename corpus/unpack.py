@@ -1,6 +1,6 @@
 """Unpack a corpus snapshot (a deterministic .tar.zst of a real Triton cache) into a directory.
 
-    python corpus/unpack.py t3.4.0-gfx942 /tmp/cache-t3.4.0
+python corpus/unpack.py t3.4.0-gfx942 /tmp/cache-t3.4.0
 """
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ CORPUS = Path(__file__).resolve().parent
 
 def unpack_archive(archive: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
-    with archive.open("rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as reader:
-        with tarfile.open(fileobj=reader, mode="r|") as tar:
-            tar.extractall(dest, filter="data")
+    with (
+        archive.open("rb") as fh,
+        zstandard.ZstdDecompressor().stream_reader(fh) as reader,
+        tarfile.open(fileobj=reader, mode="r|") as tar,
+    ):
+        tar.extractall(dest, filter="data")
     return dest
 
 

@@ -8,15 +8,15 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from kdb import __version__
-from kdb.render import listings, tables
-from kdb.store.catalog import Catalog
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
+from kdb.render import listings, tables
 from kdb.store.blobs import BlobStore
+from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home
 
 app = typer.Typer(
@@ -56,9 +56,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global(
-    home: Annotated[Optional[Path], typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")] = None,
-    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")] = 600.0,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")] = False,
+    home: Annotated[
+        Path | None, typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")
+    ] = None,
+    wait: Annotated[
+        float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")
+    ] = 600.0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
+    ] = False,
 ) -> None:
     state.home = Home(resolve_home(home))
     state.wait = wait
@@ -72,8 +78,16 @@ def ingest(
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing snapshot with this tag")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="worker processes (default: all cores)")] = 0,
-    max_file_size: Annotated[int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")] = 1 << 30,
-    sass: Annotated[bool, typer.Option("--sass/--no-sass", help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)")] = True,
+    max_file_size: Annotated[
+        int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")
+    ] = 1 << 30,
+    sass: Annotated[
+        bool,
+        typer.Option(
+            "--sass/--no-sass",
+            help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)",
+        ),
+    ] = True,
     fmt: FormatOpt = "table",
 ) -> None:
     """Snapshot a whole Triton cache into the store and catalog."""
@@ -87,15 +101,34 @@ def ingest(
     progress_cm = _progress() if show_progress else None
     if progress_cm is not None:
         with progress_cm as (bar, task):
+
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
 
-            summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                                 max_file_bytes=max_file_size, progress=on_progress, lock_wait_s=state.wait,
-                                 options=AnalysisOptions(sass=sass))
+            summary = run_ingest(
+                state.home,
+                directory,
+                tag,
+                labels=labels,
+                replace=replace,
+                workers=jobs or None,
+                max_file_bytes=max_file_size,
+                progress=on_progress,
+                lock_wait_s=state.wait,
+                options=AnalysisOptions(sass=sass),
+            )
     else:
-        summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                             max_file_bytes=max_file_size, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass))
+        summary = run_ingest(
+            state.home,
+            directory,
+            tag,
+            labels=labels,
+            replace=replace,
+            workers=jobs or None,
+            max_file_bytes=max_file_size,
+            lock_wait_s=state.wait,
+            options=AnalysisOptions(sass=sass),
+        )
     if fmt == "json":
         _out(tables.to_json(summary.__dict__))
     elif not quiet:
@@ -111,8 +144,14 @@ def _progress():
 
     @contextmanager
     def cm():
-        columns = [TextColumn("ingest"), BarColumn(), TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
-                   TextColumn("{task.fields[rate]}"), TransferSpeedColumn(), TimeRemainingColumn()]
+        columns = [
+            TextColumn("ingest"),
+            BarColumn(),
+            TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
+            TextColumn("{task.fields[rate]}"),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        ]
         import time
 
         start = time.monotonic()
@@ -148,7 +187,7 @@ def tags(fmt: FormatOpt = "table") -> None:
 @app.command()
 def show(
     tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Show one snapshot, or with --kernel the facts of matching kernels."""
@@ -161,20 +200,31 @@ def show(
             details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
             _out(listings.render_kernels(details, fmt))
             return
-        _out(listings.render_snapshot(catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt))
+        _out(
+            listings.render_snapshot(
+                catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt
+            )
+        )
 
 
 @app.command()
 def reindex(
-    tags: Annotated[Optional[list[str]], typer.Argument(help="snapshot tags (default: all)")] = None,
-    sass: Annotated[bool, typer.Option("--sass/--no-sass", help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)")] = True,
+    tags: Annotated[list[str] | None, typer.Argument(help="snapshot tags (default: all)")] = None,
+    sass: Annotated[
+        bool,
+        typer.Option(
+            "--sass/--no-sass",
+            help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)",
+        ),
+    ] = True,
 ) -> None:
     """Recompute the analysis of stored snapshots from their blobs (after a kdb upgrade)."""
     from kdb.analysis.model import AnalysisOptions
     from kdb.ingest.reindex import reindex as run_reindex
 
-    for tag, kernels in run_reindex(state.home, tags or None, lock_wait_s=state.wait,
-                                    options=AnalysisOptions(sass=sass)).items():
+    for tag, kernels in run_reindex(
+        state.home, tags or None, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass)
+    ).items():
         _out(f"reindexed {tag}: {kernels} kernels\n")
 
 
@@ -190,8 +240,12 @@ def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
 @app.command()
 def gc(
     fmt: FormatOpt = "table",
-    compact: Annotated[bool, typer.Option("--compact", help="copy the catalog without its free space even "
-                                          "when less than a quarter of it is free")] = False,
+    compact: Annotated[
+        bool,
+        typer.Option(
+            "--compact", help="copy the catalog without its free space even when less than a quarter of it is free"
+        ),
+    ] = False,
 ) -> None:
     """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
     from kdb.store.maintenance import collect_garbage
@@ -305,13 +359,33 @@ def main() -> None:
 
 @app.command("diff")
 def diff_cmd(
-    a: Annotated[str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")],
+    a: Annotated[
+        str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")
+    ],
     b: Annotated[str, typer.Argument(help="candidate: a snapshot tag, or a cache directory")],
-    fail_on: Annotated[list[str], typer.Option("--fail-on", help="exit 1 when a rule fires: occupancy-drop, new-spills, "
-                                               "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated")] = [],  # noqa: B006
-    across_targets: Annotated[bool, typer.Option("--across-targets", help="match kernels across GPU targets (identity without backend:arch:warp_size)")] = False,
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)")] = None,
-    min_match: Annotated[float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")] = 0.5,
+    fail_on: Annotated[
+        list[str],
+        typer.Option(
+            "--fail-on",
+            help="exit 1 when a rule fires: occupancy-drop, new-spills, "
+            "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated",
+        ),
+    ] = [],  # noqa: B006
+    across_targets: Annotated[
+        bool,
+        typer.Option(
+            "--across-targets", help="match kernels across GPU targets (identity without backend:arch:warp_size)"
+        ),
+    ] = False,
+    kernel: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)"
+        ),
+    ] = None,
+    min_match: Annotated[
+        float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")
+    ] = 0.5,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or csv")] = "table",
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
@@ -329,8 +403,9 @@ def diff_cmd(
     check_min_match(min_match)
     with ExitStack() as stack:
         sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
-        result, views = diff_sides(*sides, across_targets=across_targets, rules=rules, min_match=min_match,
-                                   kernel=kernel)
+        result, views = diff_sides(
+            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel
+        )
     _out(diff_render.render_diff(result, fmt, views))
     if result.trust_problem:
         raise UntrustedComparison(result.trust_problem)
@@ -353,6 +428,8 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
         raise TagError(f"{ref!r} is neither a snapshot tag (see `kdb tags`) nor a cache directory")
     from kdb.ingest.temporary import temporary_snapshot
 
-    with temporary_snapshot(path, state.wait) as (temp_home, tag), \
-            Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog:
+    with (
+        temporary_snapshot(path, state.wait) as (temp_home, tag),
+        Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
+    ):
         yield catalog, temp_home.store, tag, str(path)

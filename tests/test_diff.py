@@ -16,8 +16,8 @@ from conftest import CORPUS, ROOT, load_manifest, snapshot_names
 from helpers import kdb
 
 from kdb.errors import ExitCode
-from kdb.store.home import Home
 from kdb.ingest.snapshot import ingest
+from kdb.store.home import Home
 
 READELF = Path("/usr/lib/llvm-22/bin/llvm-readelf")
 SCHEMA = json.loads((ROOT / "docs" / "diff-json-schema.json").read_text())
@@ -85,8 +85,10 @@ def test_every_config_in_both_records_is_matched_to_its_folder_pair(pair, corpus
     wrong = got - expected
     assert not wrong, f"wrongly matched: {sorted(wrong)}"
     with capsys.disabled():
-        print(f"\n{pair_id(pair)}: matched {len(expected & got)}/{len(expected)} configs in both records, "
-              f"{len(wrong)} wrong, match rate {doc['match_rate']:.2f}, summary {doc['summary']}")
+        print(
+            f"\n{pair_id(pair)}: matched {len(expected & got)}/{len(expected)} configs in both records, "
+            f"{len(wrong)} wrong, match rate {doc['match_rate']:.2f}, summary {doc['summary']}"
+        )
 
 
 @pytest.mark.parametrize("name", snapshot_names())
@@ -101,9 +103,15 @@ def test_snapshot_against_itself_has_no_change(name, corpus_home, capsys):
 
 
 # -- figures ----------------------------------------------------------------------------------------
-NOTE_KEYS = {".vgpr_count": "vgpr_count", ".agpr_count": "agpr_count", ".sgpr_count": "sgpr_count",
-             ".vgpr_spill_count": "vgpr_spill_count", ".sgpr_spill_count": "sgpr_spill_count",
-             ".private_segment_fixed_size": "scratch_bytes", ".group_segment_fixed_size": "lds_static"}
+NOTE_KEYS = {
+    ".vgpr_count": "vgpr_count",
+    ".agpr_count": "agpr_count",
+    ".sgpr_count": "sgpr_count",
+    ".vgpr_spill_count": "vgpr_spill_count",
+    ".sgpr_spill_count": "sgpr_spill_count",
+    ".private_segment_fixed_size": "scratch_bytes",
+    ".group_segment_fixed_size": "lds_static",
+}
 
 
 def readelf_notes(hsaco: Path) -> dict[str, int]:
@@ -134,7 +142,9 @@ def test_figures_equal_catalog_and_hsaco_notes(corpus_home, unpack_snapshot, cap
     cols = ["cache_key", "name", *NOTE_KEYS.values(), "occupancy", "instr_count", "shared", "code_size"]
     catalog = {}
     for tag in (a, b):
-        r = kdb(capsys, corpus_home, "sql", f"SELECT {', '.join(cols)} FROM kernels WHERE tag = '{tag}'", "--format", "json")
+        r = kdb(
+            capsys, corpus_home, "sql", f"SELECT {', '.join(cols)} FROM kernels WHERE tag = '{tag}'", "--format", "json"
+        )
         assert r.code == 0, r.err
         catalog[tag] = {row["cache_key"]: row for row in r.json()}
     checked = 0
@@ -150,7 +160,7 @@ def test_figures_equal_catalog_and_hsaco_notes(corpus_home, unpack_snapshot, cap
             assert notes, key
             for metric, value in notes.items():
                 assert k["metrics"][metric][side] == value, (tag, key, metric)
-        for metric, m in k["metrics"].items():
+        for m in k["metrics"].values():
             if m["a"] is not None and m["b"] is not None:
                 assert m["delta"] == m["b"] - m["a"]
         checked += 1
@@ -193,17 +203,22 @@ def test_fail_on_new_spills(corpus_home, unpack_snapshot, tmp_path, capsys):
     assert code == 0 and back["fired_rules"] == [] and back["summary"]["changed"] == 1
     with capsys.disabled():
         m = kernel["metrics"]
-        print(f"\nspill pair: {a} -> {b}{' (across targets)' if across else ''}: {kernel['name']} "
-              f"{kernel['a_cache_key']} -> {kernel['b_cache_key']}: vgpr spills {m['vgpr_spill_count']['a']} -> "
-              f"{m['vgpr_spill_count']['b']}, scratch {m['scratch_bytes']['a']} -> {m['scratch_bytes']['b']}")
+        print(
+            f"\nspill pair: {a} -> {b}{' (across targets)' if across else ''}: {kernel['name']} "
+            f"{kernel['a_cache_key']} -> {kernel['b_cache_key']}: vgpr spills {m['vgpr_spill_count']['a']} -> "
+            f"{m['vgpr_spill_count']['b']}, scratch {m['scratch_bytes']['a']} -> {m['scratch_bytes']['b']}"
+        )
 
 
 def test_register_rules_and_unknown_rule(corpus_home, capsys):
     a, b, across = available_pairs()[0]
     flag = ["--across-targets"] if across else []
     _, doc = diff_json(capsys, corpus_home, a, b, *flag)
-    growth = [k["metrics"]["vgpr_count"]["delta"] for k in doc["kernels"]
-              if k["metrics"] and k["metrics"]["vgpr_count"]["delta"] is not None]
+    growth = [
+        k["metrics"]["vgpr_count"]["delta"]
+        for k in doc["kernels"]
+        if k["metrics"] and k["metrics"]["vgpr_count"]["delta"] is not None
+    ]
     top = max(growth)
     assert top > 0  # the first pair has kernels whose VGPR count grew: the rule must fire at that growth
     assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", f"vgpr:+{top}")[0] == 1
@@ -231,7 +246,9 @@ def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
     a, b, across = available_pairs()[0]
     flag = ["--across-targets"] if across else []
     _, doc = diff_json(capsys, corpus_home, a, b, *flag)
-    assert len(doc["kernels"]) == sum(doc["summary"][s] for s in ("matched", "changed", "only_a", "only_b", "ambiguous"))
+    assert len(doc["kernels"]) == sum(
+        doc["summary"][s] for s in ("matched", "changed", "only_a", "only_b", "ambiguous")
+    )
     # every kernel of both sides appears exactly once
     a_keys = [k["a_cache_key"] for k in doc["kernels"] if k["a_cache_key"]]
     b_keys = [k["b_cache_key"] for k in doc["kernels"] if k["b_cache_key"]]
@@ -240,8 +257,11 @@ def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
 
     table = kdb(capsys, corpus_home, "diff", a, b, *flag)
     lines = table.out.splitlines()
-    assert re.match(r"^matched \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$", lines[1])
-    table_lines = lines[3:3 + doc["summary"]["changed"] + 1]
+    assert re.match(
+        r"^matched \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$",
+        lines[1],
+    )
+    table_lines = lines[3 : 3 + doc["summary"]["changed"] + 1]
     assert all(len(line) <= 80 for line in table_lines)
 
     md = kdb(capsys, corpus_home, "diff", a, b, *flag, "--format", "markdown").out.splitlines()
@@ -272,9 +292,17 @@ def test_kernel_deep_view(corpus_home, capsys):
     assert all("/var/tmp/" not in v["isa_diff"] for v in changed)
     # the side-by-side mix loses no instruction: each column adds up to that side's instruction
     # count (the count itself is checked against llvm-objdump in test_amd_analysis)
-    counts = {(r["tag"], r["cache_key"]): r["instr_count"] for r in kdb(
-        capsys, corpus_home, "sql", f"SELECT tag, cache_key, instr_count FROM kernels WHERE tag IN ('{a}', '{b}')",
-        "--format", "json").json()}
+    counts = {
+        (r["tag"], r["cache_key"]): r["instr_count"]
+        for r in kdb(
+            capsys,
+            corpus_home,
+            "sql",
+            f"SELECT tag, cache_key, instr_count FROM kernels WHERE tag IN ('{a}', '{b}')",
+            "--format",
+            "json",
+        ).json()
+    }
     for v in changed:
         for side, tag in (("a", a), ("b", b)):
             assert sum(r[side] for r in v["mix"]) == counts[tag, v[f"{side}_cache_key"]], (side, v["name"])

@@ -18,7 +18,11 @@ def kernel_folders(cache: Path) -> dict[str, tuple[str, object]]:
     out = {}
     for folder in sorted(p for p in cache.iterdir() if p.is_dir()):
         ttirs = list(folder.glob("*.ttir"))
-        metas = [p for p in folder.glob("*.json") if not p.name.startswith("__grp__") and not p.name.endswith(".autotune.json")]
+        metas = [
+            p
+            for p in folder.glob("*.json")
+            if not p.name.startswith("__grp__") and not p.name.endswith(".autotune.json")
+        ]
         if ttirs and metas:
             out[folder.name] = (ttirs[0].read_text(), parse_kernel_json(metas[0].read_bytes()))
     return out
@@ -39,7 +43,7 @@ def test_identity_separates_every_config_of_a_snapshot(name, unpack_snapshot):
         by_id.setdefault(ident["identity"], []).append(key)
     for keys in by_id.values():
         for i, a in enumerate(keys):
-            for b in keys[i + 1:]:
+            for b in keys[i + 1 :]:
                 compatible, _ = options_compatible(ids[a]["parts"]["options"], ids[b]["parts"]["options"])
                 assert not compatible, f"{a} and {b} collide"
     # The target is in `identity` only.
@@ -118,7 +122,7 @@ def test_match_rate_over_records_is_reported(unpack_snapshot, capsys):
     idents = {n: {k: kernel_identity(t, m) for k, (t, m) in kernel_folders(unpack_snapshot(n)).items()} for n in names}
     hits = total = 0
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             ra = {r["config"]: r["cache_key"] for r in records(a)}
             rb = {r["config"]: r["cache_key"] for r in records(b)}
             for cfg in set(ra) & set(rb):

@@ -4,6 +4,7 @@ The corpus build drives Triton's own Autotuner with a placeholder benchmark (no 
 see corpus/README.md. The configs are defined here; the decorator is applied by the
 build script so this module imports in every release.
 """
+
 import triton
 import triton.language as tl
 

@@ -3,15 +3,31 @@
 One program handles BLOCK_M query rows of one (batch, head); it walks the KV sequence in
 BLOCK_N chunks keeping the running max m_i, running sum l_i and the output accumulator acc.
 """
+
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, seq_len,
-                    stride_qh, stride_qm, stride_kh, stride_kn, stride_vh, stride_vn,
-                    stride_oh, stride_om,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+def attn_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    sm_scale,
+    seq_len,
+    stride_qh,
+    stride_qm,
+    stride_kh,
+    stride_kn,
+    stride_vh,
+    stride_vn,
+    stride_oh,
+    stride_om,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_h = tl.program_id(1)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -1,4 +1,5 @@
 """Fused elementwise kernel mixing transcendental functions (exp, log, sqrt)."""
+
 import triton
 import triton.language as tl
 

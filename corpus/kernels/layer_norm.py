@@ -1,11 +1,11 @@
 """Layer-norm forward (one program per row, loops over the row in BLOCK chunks)."""
+
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride, n_cols, eps,
-                          BLOCK: tl.constexpr):
+def layer_norm_fwd_kernel(x_ptr, y_ptr, w_ptr, b_ptr, mean_ptr, rstd_ptr, stride, n_cols, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row * stride
     y_row = y_ptr + row * stride

@@ -3,13 +3,24 @@
 With BLOCK_M = BLOCK_N = 256 the fp32 accumulator alone is 256 registers per thread at
 num_warps=4 (wave64), so the compiler must spill to scratch / local memory.
 """
+
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def register_hog_kernel(a_ptr, b_ptr, c_ptr, K, stride_am, stride_bk, stride_cm,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def register_hog_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    K,
+    stride_am,
+    stride_bk,
+    stride_cm,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -1,4 +1,5 @@
 """scale_kernel, variant A: out = x * factor."""
+
 import triton
 import triton.language as tl
 

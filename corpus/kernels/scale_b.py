@@ -1,5 +1,6 @@
 """scale_kernel, variant B: same name and signature as scale_a.py, different body
 (out = x * factor + 1, clamped to be non-negative)."""
+
 import triton
 import triton.language as tl
 

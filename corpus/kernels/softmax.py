@@ -1,4 +1,5 @@
 """Row-wise softmax, one program per row."""
+
 import triton
 import triton.language as tl
 

@@ -1,4 +1,5 @@
 """Strided copy; the stride argument is specialised to 1 in the corpus configs."""
+
 import triton
 import triton.language as tl
 

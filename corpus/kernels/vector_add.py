@@ -1,4 +1,5 @@
 """Vector add: the smallest useful Triton kernel."""
+
 import triton
 import triton.language as tl
 

@@ -9,7 +9,15 @@ import hashlib
 import json
 from typing import Any
 
-from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, add_problem, first_file, text_of
+from kdb.analysis.model import (
+    DEFAULT_OPTIONS,
+    AnalysisOptions,
+    FolderAnalysis,
+    FolderFile,
+    add_problem,
+    first_file,
+    text_of,
+)
 from kdb.analysis.registry import backend_for
 from kdb.errors import ParseError
 from kdb.triton.identity import kernel_identity
@@ -19,15 +27,60 @@ from kdb.triton.ttgir import parse_ttgir
 
 # Tables filled from analysis (columns besides snapshot_id); `kdb reindex` rebuilds exactly these.
 ANALYSIS_COLUMNS = [
-    "folder_digest", "co_arch", "co_version", "xnack", "sramecc", "vgpr_count", "agpr_count", "sgpr_count",
-    "vgpr_spill_count", "sgpr_spill_count", "lds_static", "scratch_bytes", "wavefront_size", "max_workgroup_size",
-    "kernarg_size", "dynamic_stack", "code_size", "descriptor", "co_metadata", "registers", "stack_bytes",
-    "local_bytes", "const0_bytes", "occupancy_llvm", "occupancy_llvm_limiter", "occupancy", "occupancy_limiter",
-    "occupancy_unit", "vgpr_headroom", "asm_occupancy", "kernel_info", "instr_source", "instr_count", "spill_count",
-    "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
-    "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
-    "identity_any_target", "identity_parts", "identity_options", "ttir_digest", "ttgir_digest", "llir_digest", "isa_digest",
-    "instr_mix_digest", "instr_groups",
+    "folder_digest",
+    "co_arch",
+    "co_version",
+    "xnack",
+    "sramecc",
+    "vgpr_count",
+    "agpr_count",
+    "sgpr_count",
+    "vgpr_spill_count",
+    "sgpr_spill_count",
+    "lds_static",
+    "scratch_bytes",
+    "wavefront_size",
+    "max_workgroup_size",
+    "kernarg_size",
+    "dynamic_stack",
+    "code_size",
+    "descriptor",
+    "co_metadata",
+    "registers",
+    "stack_bytes",
+    "local_bytes",
+    "const0_bytes",
+    "occupancy_llvm",
+    "occupancy_llvm_limiter",
+    "occupancy",
+    "occupancy_limiter",
+    "occupancy_unit",
+    "vgpr_headroom",
+    "asm_occupancy",
+    "kernel_info",
+    "instr_source",
+    "instr_count",
+    "spill_count",
+    "reload_count",
+    "scratch_instr_count",
+    "ptx_instr_count",
+    "ttgir_num_warps",
+    "ttgir_num_ctas",
+    "threads_per_warp",
+    "ttgir_shared",
+    "layouts",
+    "convert_layout_count",
+    "local_alloc_count",
+    "identity",
+    "identity_any_target",
+    "identity_parts",
+    "identity_options",
+    "ttir_digest",
+    "ttgir_digest",
+    "llir_digest",
+    "isa_digest",
+    "instr_mix_digest",
+    "instr_groups",
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
@@ -36,6 +89,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     "analysis_problems": ["folder_digest", "name", "stage", "reason"],
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
+
 
 def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str, Any]:
     version, source = meta.triton_version, "json"
@@ -63,8 +117,13 @@ def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta) -> dict[str
     }
 
 
-def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, files: list[FolderFile],
-                   options: AnalysisOptions = AnalysisOptions()) -> FolderAnalysis:
+def analyze_folder(
+    cache_key: str,
+    folder_digest: str,
+    json_file: FolderFile,
+    files: list[FolderFile],
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> FolderAnalysis:
     """Rows for one kernel folder; problems are (path relative to the cache, stage, reason)."""
     out = FolderAnalysis()
     try:
@@ -74,20 +133,35 @@ def analyze_folder(cache_key: str, folder_digest: str, json_file: FolderFile, fi
         # Still a kernel folder: keep a row under the file's name so the kernel is listed, facts NULL.
         stem = json_file.rel.rsplit("/", 1)[-1][: -len(".json")]
         family = release_family(cache_key)
-        out.kernel = {"folder_digest": folder_digest, "cache_key": cache_key, "name": stem, "triton_version": family,
-                      "triton_version_source": "folder-name" if family else None}
+        out.kernel = {
+            "folder_digest": folder_digest,
+            "cache_key": cache_key,
+            "name": stem,
+            "triton_version": family,
+            "triton_version_source": "folder-name" if family else None,
+        }
     else:
         out.kernel = kernel_row(cache_key, folder_digest, meta)
         analyze_kernel(out, folder_digest, meta, files, options)
     prefix = cache_key + "/"
     for path, stage, reason in out.problems:
-        out.add("analysis_problems", folder_digest=folder_digest, name=path[len(prefix):] if path.startswith(prefix) else path,
-                stage=stage, reason=reason)
+        out.add(
+            "analysis_problems",
+            folder_digest=folder_digest,
+            name=path[len(prefix) :] if path.startswith(prefix) else path,
+            stage=stage,
+            reason=reason,
+        )
     return out
 
 
-def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, files: list[FolderFile],
-                   options: AnalysisOptions = AnalysisOptions()) -> None:
+def analyze_kernel(
+    out: FolderAnalysis,
+    folder_digest: str,
+    meta: KernelMeta,
+    files: list[FolderFile],
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> None:
     row: dict[str, Any] = {"folder_digest": folder_digest}
     _ir_facts(out, row, meta, files)
     backend = backend_for(meta, files)
@@ -100,8 +174,11 @@ def analyze_kernel(out: FolderAnalysis, folder_digest: str, meta: KernelMeta, fi
 def _mix_summary(out: FolderAnalysis, row: dict[str, Any]) -> None:
     """Digest and group totals of the mix `kdb diff` compares (the instr_source one); migration 004
     computes the same two values in SQL for rows written before it."""
-    mix = sorted((r["mnemonic"], r["grp"], r["count"]) for r in out.rows.get("instr_mix_counts", [])
-                 if r["source"] == row.get("instr_source"))
+    mix = sorted(
+        (r["mnemonic"], r["grp"], r["count"])
+        for r in out.rows.get("instr_mix_counts", [])
+        if r["source"] == row.get("instr_source")
+    )
     if not mix:
         return
     groups: dict[str, int] = {}
@@ -116,10 +193,15 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
     if ttgir is not None:
         try:
             facts = parse_ttgir(text_of(ttgir))
-            row.update(ttgir_num_warps=facts["num_warps"], ttgir_num_ctas=facts["num_ctas"],
-                       threads_per_warp=facts["threads_per_warp"], ttgir_shared=facts["shared"],
-                       layouts=facts["layouts"], convert_layout_count=facts["convert_layout_count"],
-                       local_alloc_count=facts["local_alloc_count"])
+            row.update(
+                ttgir_num_warps=facts["num_warps"],
+                ttgir_num_ctas=facts["num_ctas"],
+                threads_per_warp=facts["threads_per_warp"],
+                ttgir_shared=facts["shared"],
+                layouts=facts["layouts"],
+                convert_layout_count=facts["convert_layout_count"],
+                local_alloc_count=facts["local_alloc_count"],
+            )
         except ParseError as exc:
             add_problem(out, ttgir, "ttgir", str(exc))
     for stage, kinds in STAGE_KINDS.items():
@@ -133,6 +215,9 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
         add_problem(out, ttir, "identity", str(exc))
         ident = None
     if ident is not None:
-        row.update(identity=ident["identity"], identity_any_target=ident["identity_any_target"],
-                   identity_parts=json.dumps(ident["parts"], sort_keys=True),
-                   identity_options=json.dumps(ident["parts"].get("options") or {}, sort_keys=True))
+        row.update(
+            identity=ident["identity"],
+            identity_any_target=ident["identity_any_target"],
+            identity_parts=json.dumps(ident["parts"], sort_keys=True),
+            identity_options=json.dumps(ident["parts"].get("options") or {}, sort_keys=True),
+        )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 
 @dataclass
@@ -30,6 +30,15 @@ class AnalysisOptions:
     sass: bool = True
 
 
+DEFAULT_OPTIONS = AnalysisOptions()
+
+
+@overload
+def text_of(f: FolderFile) -> str: ...
+@overload
+def text_of(f: None) -> None: ...
+@overload
+def text_of(f: FolderFile | None) -> str | None: ...
 def text_of(f: FolderFile | None) -> str | None:
     return None if f is None else f.data.decode("utf-8", "replace")
 

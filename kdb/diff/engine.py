@@ -72,17 +72,26 @@ def _delta(a: Any, b: Any) -> Any:
     return None
 
 
-def _mix_tables(a: dict[str, Any], mnemonics_a: dict[str, int], b: dict[str, Any], mnemonics_b: dict[str, int]
-                ) -> tuple[dict, dict]:
+def _mix_tables(
+    a: dict[str, Any], mnemonics_a: dict[str, int], b: dict[str, Any], mnemonics_b: dict[str, int]
+) -> tuple[dict, dict]:
     """(group -> {a, b, delta} for every group, mnemonic -> {a, b, delta} for mnemonics whose count changed)."""
     ga, gb = row_document(a, "instr_groups") or {}, row_document(b, "instr_groups") or {}
-    group_table = {g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
-                   for g in sorted(ga.keys() | gb.keys())}
+    group_table = {
+        g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
+        for g in sorted(ga.keys() | gb.keys())
+    }
     # (mnemonic, count) pairs in one mix and not the other: the set operation runs in C, so only the
     # mnemonics whose count changed are visited here
     differing = sorted({m for m, _ in mnemonics_a.items() ^ mnemonics_b.items()})
-    changed = {m: {"a": mnemonics_a.get(m, 0), "b": mnemonics_b.get(m, 0),
-                   "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0)} for m in differing}
+    changed = {
+        m: {
+            "a": mnemonics_a.get(m, 0),
+            "b": mnemonics_b.get(m, 0),
+            "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0),
+        }
+        for m in differing
+    }
     return group_table, changed
 
 
@@ -115,14 +124,30 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
     status, severity = Status.SAME, 0.0
     if facts_differ or mix_mnemonics:
         status, severity = classify(metrics, facts_a, facts_b)
-    return KernelDiff(status, p.name, a=facts_a, b=facts_b, metrics=metrics, limiters=limiters, mix_groups=mix_groups,
-                      mix_mnemonics=mix_mnemonics, first_changed_stage=stage, severity=severity)
+    return KernelDiff(
+        status,
+        p.name,
+        a=facts_a,
+        b=facts_b,
+        metrics=metrics,
+        limiters=limiters,
+        mix_groups=mix_groups,
+        mix_mnemonics=mix_mnemonics,
+        first_changed_stage=stage,
+        severity=severity,
+    )
 
 
 def _unpaired(p: Pairing) -> KernelDiff:
     assert p.status is not None
-    return KernelDiff(p.status, p.name, a=KernelFacts.from_row(p.a) if p.a else None,
-                      b=KernelFacts.from_row(p.b) if p.b else None, reason=p.reason, candidates=p.candidates)
+    return KernelDiff(
+        p.status,
+        p.name,
+        a=KernelFacts.from_row(p.a) if p.a else None,
+        b=KernelFacts.from_row(p.b) if p.b else None,
+        reason=p.reason,
+        candidates=p.candidates,
+    )
 
 
 def _targets(rows: list[Row]) -> tuple[str, ...]:
@@ -135,12 +160,24 @@ _REPORT_ORDER = {s: i for i, s in enumerate(REPORT_STATUSES)}
 def _report_order(k: KernelDiff) -> tuple[Any, ...]:
     """Regressions first, worst first; then by status, name and cache keys."""
     worse = k.status.worse
-    return (-k.severity if worse else 0, 0 if worse else 1, 0 if worse else _REPORT_ORDER[k.status.report_status],
-            k.name, k.a_cache_key or "", k.b_cache_key or "")
+    return (
+        -k.severity if worse else 0,
+        0 if worse else 1,
+        0 if worse else _REPORT_ORDER[k.status.report_status],
+        k.name,
+        k.a_cache_key or "",
+        k.b_cache_key or "",
+    )
 
 
-def compare(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[Rule] | None = None,
-            min_match: float = DEFAULT_MIN_MATCH) -> tuple[DiffResult, dict[int, tuple[Row | None, Row | None]]]:
+def compare(
+    sa: Side,
+    sb: Side,
+    *,
+    across_targets: bool = False,
+    rules: list[Rule] | None = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+) -> tuple[DiffResult, dict[int, tuple[Row | None, Row | None]]]:
     """The result, and each KernelDiff's kernel rows (by id) for deep views."""
     rules = rules or []
     key = "identity_any_target" if across_targets else "identity"
@@ -161,15 +198,31 @@ def compare(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[Rul
         kernels.append(kd)
         rows[id(kd)] = (p.a, p.b)
     kernels.sort(key=_report_order)
-    result = DiffResult(sa.label, sb.label, across_targets, tuple(kernels), tuple(rules),
-                        tuple(r.text for r in rules if r.text in fired_set), len(sa.kernels), len(sb.kernels),
-                        _targets(sa.kernels), _targets(sb.kernels), min_match=min_match)
+    result = DiffResult(
+        sa.label,
+        sb.label,
+        across_targets,
+        tuple(kernels),
+        tuple(rules),
+        tuple(r.text for r in rules if r.text in fired_set),
+        len(sa.kernels),
+        len(sb.kernels),
+        _targets(sa.kernels),
+        _targets(sb.kernels),
+        min_match=min_match,
+    )
     return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
 
 
-def diff_sides(sa: Side, sb: Side, *, across_targets: bool = False, rules: list[Rule] | None = None,
-               min_match: float = DEFAULT_MIN_MATCH, kernel: str | None = None
-               ) -> tuple[DiffResult, list[KernelDeepView]]:
+def diff_sides(
+    sa: Side,
+    sb: Side,
+    *,
+    across_targets: bool = False,
+    rules: list[Rule] | None = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+    kernel: str | None = None,
+) -> tuple[DiffResult, list[KernelDeepView]]:
     """Diff two loaded sides; with `kernel`, also the deep views of the kernels it names."""
     with without_cycle_collector():
         result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
@@ -182,8 +235,11 @@ def _select(result: DiffResult, pattern: str) -> list[KernelDiff]:
     out = []
     for kd in result.kernels:
         keys = [kd.a_cache_key or "", kd.b_cache_key or ""]
-        if (fnmatch.fnmatchcase(kd.name, pattern) or kd.name == pattern
-                or any(k and (k == pattern or k.startswith(pattern)) for k in keys if len(pattern) >= 6)):
+        if (
+            fnmatch.fnmatchcase(kd.name, pattern)
+            or kd.name == pattern
+            or any(k and (k == pattern or k.startswith(pattern)) for k in keys if len(pattern) >= 6)
+        ):
             out.append(kd)
     return out
 
@@ -194,8 +250,9 @@ def _deepdiff(a: Any, b: Any) -> dict[str, Any]:
     return json.loads(DeepDiff(a, b, ignore_order=False, verbose_level=2).to_json())
 
 
-def deep_views(result: DiffResult, kernel_rows: dict[int, tuple[Row | None, Row | None]], sa: Side, sb: Side,
-               pattern: str) -> list[KernelDeepView]:
+def deep_views(
+    result: DiffResult, kernel_rows: dict[int, tuple[Row | None, Row | None]], sa: Side, sb: Side, pattern: str
+) -> list[KernelDeepView]:
     chosen = _select(result, pattern)
     if not chosen:
         raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
@@ -211,23 +268,33 @@ def deep_views(result: DiffResult, kernel_rows: dict[int, tuple[Row | None, Row 
         # from scratch and one from global memory), and each keeps its own row.
         mix_a = {(m, g): c for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
         mix_b = {(m, g): c for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
-        rows = []
+        rows: list[dict[str, Any]] = []
         for mn, grp in sorted(set(mix_a) | set(mix_b)):
             ca, cb = mix_a.get((mn, grp), 0), mix_b.get((mn, grp), 0)
             rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
         tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)
-        isa = "".join(difflib.unified_diff(
-            ((ta or "") + "\n").splitlines(keepends=True) if ta else [], ((tb or "") + "\n").splitlines(keepends=True) if tb else [],
-            fromfile=f"{result.a_label}:{a.get('cache_key', '-')}/{kd.name}", tofile=f"{result.b_label}:{b.get('cache_key', '-')}/{kd.name}",
-            n=3, lineterm="\n"))
+        isa = "".join(
+            difflib.unified_diff(
+                ((ta or "") + "\n").splitlines(keepends=True) if ta else [],
+                ((tb or "") + "\n").splitlines(keepends=True) if tb else [],
+                fromfile=f"{result.a_label}:{a.get('cache_key', '-')}/{kd.name}",
+                tofile=f"{result.b_label}:{b.get('cache_key', '-')}/{kd.name}",
+                n=3,
+                lineterm="\n",
+            )
+        )
         if isa and not isa.endswith("\n"):
             isa += "\n"
-        views.append(KernelDeepView(
-            kernel=kd,
-            triton_json_diff=_deepdiff(row_document(a, "triton_metadata"), row_document(b, "triton_metadata")),
-            co_metadata_diff=_deepdiff(row_document(a, "co_metadata"), row_document(b, "co_metadata")),
-            mix_rows=rows, isa_diff=isa, isa_kind=kind_a or kind_b,
-        ))
+        views.append(
+            KernelDeepView(
+                kernel=kd,
+                triton_json_diff=_deepdiff(row_document(a, "triton_metadata"), row_document(b, "triton_metadata")),
+                co_metadata_diff=_deepdiff(row_document(a, "co_metadata"), row_document(b, "co_metadata")),
+                mix_rows=rows,
+                isa_diff=isa,
+                isa_kind=kind_a or kind_b,
+            )
+        )
     return views

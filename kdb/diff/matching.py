@@ -111,9 +111,11 @@ def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) 
     return out
 
 
-def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat: list[int], taken: set[int]) -> Pairing:
+def _unpaired(
+    side: str, k: dict[str, Any], others: list[dict[str, Any]], compat: list[int], taken: set[int]
+) -> Pairing:
     other = "B" if side == "a" else "A"
-    row = {"a": k} if side == "a" else {"b": k}
+    row_a, row_b = (k, None) if side == "a" else (None, k)
     if compat:
         keys = [others[j]["cache_key"] for j in compat]
         if all(j in taken for j in compat):
@@ -122,10 +124,10 @@ def _unpaired(side: str, k: dict[str, Any], others: list[dict[str, Any]], compat
             reason = f"its only candidate in {other} ({keys[0]}) is also a candidate of other kernels"
         else:
             reason = f"{len(compat)} candidates in {other} with compatible options"
-        return Pairing(Status.AMBIGUOUS, k["name"], reason=reason, candidates=tuple(keys), **row)
+        return Pairing(Status.AMBIGUOUS, k["name"], a=row_a, b=row_b, reason=reason, candidates=tuple(keys))
     if others:
         diffs = sorted({d for o in others for d in (_compatible(k, o)[1] if side == "a" else _compatible(o, k)[1])})
         reason = f"same identity as {len(others)} kernel(s) in {other}, options differ: {', '.join(diffs)}"
     else:
         reason = f"no kernel with this identity in {other}"
-    return Pairing(Status.ONLY_IN_A if side == "a" else Status.ONLY_IN_B, k["name"], reason=reason, **row)
+    return Pairing(Status.ONLY_IN_A if side == "a" else Status.ONLY_IN_B, k["name"], a=row_a, b=row_b, reason=reason)

@@ -8,7 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kdb.diff.model import LIMITERS, METRICS, UNPAIRED, DiffResult, KernelDeepView, KernelDiff, KernelFacts, Status, spills
+from kdb.diff.model import (
+    LIMITERS,
+    METRICS,
+    UNPAIRED,
+    DiffResult,
+    KernelDeepView,
+    KernelDiff,
+    KernelFacts,
+    Status,
+    spills,
+)
 from kdb.render.tables import table_csv, table_markdown, table_text, to_json
 
 FORMATS = ("table", "json", "markdown", "csv")
@@ -18,8 +28,10 @@ TABLE_WIDTH = 80
 
 def summary_line(r: DiffResult) -> str:
     s = r.summary
-    return (f"matched {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
-            f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}")
+    return (
+        f"matched {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
+        f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}"
+    )
 
 
 def _label(k: KernelDiff) -> str:
@@ -69,10 +81,17 @@ def table_rows(r: DiffResult) -> list[list[Any]]:
         if k.status is Status.SAME:
             continue
         keys = _short(k.a_cache_key or k.b_cache_key)
-        rows.append([
-            _label(k), f"{k.name} {keys}", _arrow(k, "occupancy"), _arrow(k, _regs_metric(k)), _spill_text(k),
-            _arrow(k, _scratch_metric(k)), k.first_changed_stage or "",
-        ])
+        rows.append(
+            [
+                _label(k),
+                f"{k.name} {keys}",
+                _arrow(k, "occupancy"),
+                _arrow(k, _regs_metric(k)),
+                _spill_text(k),
+                _arrow(k, _scratch_metric(k)),
+                k.first_changed_stage or "",
+            ]
+        )
     return rows
 
 
@@ -141,9 +160,14 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
 
 def view_document(v: KernelDeepView) -> dict[str, Any]:
     return {
-        "name": v.kernel.name, "a_cache_key": v.kernel.a_cache_key, "b_cache_key": v.kernel.b_cache_key,
-        "triton_json_diff": v.triton_json_diff, "co_metadata_diff": v.co_metadata_diff,
-        "mix": v.mix_rows, "isa_kind": v.isa_kind, "isa_diff": v.isa_diff,
+        "name": v.kernel.name,
+        "a_cache_key": v.kernel.a_cache_key,
+        "b_cache_key": v.kernel.b_cache_key,
+        "triton_json_diff": v.triton_json_diff,
+        "co_metadata_diff": v.co_metadata_diff,
+        "mix": v.mix_rows,
+        "isa_kind": v.isa_kind,
+        "isa_diff": v.isa_diff,
     }
 
 
@@ -161,8 +185,18 @@ def render_markdown(r: DiffResult) -> str:
     return out
 
 
-CSV_HEAD = ["status", "verdict", "severity", "name", "target", "a_cache_key", "b_cache_key", "first_changed_stage",
-            "reason", "fired_rules"]
+CSV_HEAD = [
+    "status",
+    "verdict",
+    "severity",
+    "name",
+    "target",
+    "a_cache_key",
+    "b_cache_key",
+    "first_changed_stage",
+    "reason",
+    "fired_rules",
+]
 
 
 def _fact(facts: KernelFacts | None, column: str) -> Any:
@@ -170,11 +204,25 @@ def _fact(facts: KernelFacts | None, column: str) -> Any:
 
 
 def render_csv(r: DiffResult) -> str:
-    columns = CSV_HEAD + [f"{m}_{s}" for m in METRICS for s in ("a", "b", "delta")] + [f"{m}_{s}" for m in LIMITERS for s in ("a", "b")]
+    columns = (
+        CSV_HEAD
+        + [f"{m}_{s}" for m in METRICS for s in ("a", "b", "delta")]
+        + [f"{m}_{s}" for m in LIMITERS for s in ("a", "b")]
+    )
     rows = []
     for k in r.kernels:
-        row: list[Any] = [k.status.report_status, k.status.verdict, k.severity, k.name, k.target, k.a_cache_key, k.b_cache_key,
-                          k.first_changed_stage, k.reason, ";".join(k.fired_rules)]
+        row: list[Any] = [
+            k.status.report_status,
+            k.status.verdict,
+            k.severity,
+            k.name,
+            k.target,
+            k.a_cache_key,
+            k.b_cache_key,
+            k.first_changed_stage,
+            k.reason,
+            ";".join(k.fired_rules),
+        ]
         for m in METRICS:
             v = k.metrics.get(m)
             if v is None:
@@ -196,14 +244,28 @@ def render_views(views: list[KernelDeepView]) -> str:
         k = v.kernel
         out += f"\n== {k.name}  {k.a_cache_key or '-'} → {k.b_cache_key or '-'}  ({_label(k)})\n"
         if k.metrics:
-            rows = [[m, x["a"], x["b"], x["delta"]] for m, x in k.metrics.items() if x["a"] is not None or x["b"] is not None]
+            rows = [
+                [m, x["a"], x["b"], x["delta"]]
+                for m, x in k.metrics.items()
+                if x["a"] is not None or x["b"] is not None
+            ]
             out += table_text(["fact", "A", "B", "delta"], rows, width=TABLE_WIDTH)
-        out += "\nTriton JSON (deepdiff):\n" + (json.dumps(v.triton_json_diff, indent=2, sort_keys=True) if v.triton_json_diff else "  identical") + "\n"
-        out += "\ncode-object metadata (deepdiff):\n" + (json.dumps(v.co_metadata_diff, indent=2, sort_keys=True) if v.co_metadata_diff else "  identical") + "\n"
+        out += (
+            "\nTriton JSON (deepdiff):\n"
+            + (json.dumps(v.triton_json_diff, indent=2, sort_keys=True) if v.triton_json_diff else "  identical")
+            + "\n"
+        )
+        out += (
+            "\ncode-object metadata (deepdiff):\n"
+            + (json.dumps(v.co_metadata_diff, indent=2, sort_keys=True) if v.co_metadata_diff else "  identical")
+            + "\n"
+        )
         if v.mix_rows:
-            out += "\ninstruction mix:\n" + table_text(["mnemonic", "group", "A", "B", "delta"],
-                                                      [[r["mnemonic"], r["grp"], r["a"], r["b"], r["delta"]] for r in v.mix_rows],
-                                                      width=TABLE_WIDTH)
+            out += "\ninstruction mix:\n" + table_text(
+                ["mnemonic", "group", "A", "B", "delta"],
+                [[r["mnemonic"], r["grp"], r["a"], r["b"], r["delta"]] for r in v.mix_rows],
+                width=TABLE_WIDTH,
+            )
         out += f"\nnormalised ISA ({v.isa_kind or 'none'}) diff:\n" + (v.isa_diff or "  identical\n")
     return out
 

@@ -4,7 +4,7 @@ whether the comparison can be trusted at all (exit code 2)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status, spills
@@ -84,18 +84,9 @@ def classify(
         if d(name) < 0:
             better += 1000 + min(-d(name), 1000) / 10
             break
-    for name, weight in (
-        ("vgpr_count", 1.0),
-        ("agpr_count", 1.0),
-        ("registers", 1.0),
-        ("sgpr_count", 0.25),
-        ("shared", 1 / 1024),
-        ("lds_static", 1 / 1024),
-    ):
-        if d(name) > 0:
-            worse += weight * d(name)
-        elif d(name) < 0:
-            better += weight * -d(name)
+    w, b_ = _resource_growth(d)
+    worse += w
+    better += b_
     if worse and better:
         return Status.MIXED, worse
     if worse:
@@ -103,6 +94,28 @@ def classify(
     if better:
         return Status.IMPROVED, -better
     return Status.NEUTRAL, 0.0
+
+
+# Resource growth after occupancy, spills and scratch: registers count fully, SGPRs a quarter, LDS per KiB.
+_RESOURCE_WEIGHTS = (
+    ("vgpr_count", 1.0),
+    ("agpr_count", 1.0),
+    ("registers", 1.0),
+    ("sgpr_count", 0.25),
+    ("shared", 1 / 1024),
+    ("lds_static", 1 / 1024),
+)
+
+
+def _resource_growth(d: Callable[[str], float]) -> tuple[float, float]:
+    """(worse, better) weights of register and LDS deltas."""
+    worse = better = 0.0
+    for name, weight in _RESOURCE_WEIGHTS:
+        if d(name) > 0:
+            worse += weight * d(name)
+        elif d(name) < 0:
+            better += weight * -d(name)
+    return worse, better
 
 
 def _grew(a: KernelFacts, b: KernelFacts, columns: tuple[str, ...]) -> bool:

@@ -100,10 +100,8 @@ def row_document(k: Row, col: str) -> Any:
     """A JSON column of a kernel row, decoded on first use (most pairs never need their documents)."""
     value = k.get(col)
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             k[col] = value = json.loads(value)
-        except ValueError:
-            pass
     return value
 
 

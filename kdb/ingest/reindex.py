@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdb.analysis.folder import ANALYSIS_TABLES, TABLE_COLUMNS, analyze_folder
-from kdb.analysis.model import AnalysisOptions, FolderFile
+from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions, FolderFile
 from kdb.ingest.columns import KERNEL_COLUMNS
 from kdb.ingest.snapshot import FLUSH_ROWS, flush
 from kdb.ingest.walker import WalkedFile, kernel_json
@@ -15,13 +15,16 @@ from kdb.store.home import Home
 from kdb.store.lock import write_lock
 from kdb.store.staging import Staging
 
-
 # Tables `kdb reindex` rebuilds for every kernel folder it analyses.
-REINDEX_COLUMNS: dict[str, list[str]] = {"kernel_folders": KERNEL_COLUMNS, **{t: TABLE_COLUMNS[t] for t in ANALYSIS_TABLES}}
+REINDEX_COLUMNS: dict[str, list[str]] = {
+    "kernel_folders": KERNEL_COLUMNS,
+    **{t: TABLE_COLUMNS[t] for t in ANALYSIS_TABLES},
+}
 
 
-def reindex(home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0,
-            options: AnalysisOptions = AnalysisOptions()) -> dict[str, int]:
+def reindex(
+    home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0, options: AnalysisOptions = DEFAULT_OPTIONS
+) -> dict[str, int]:
     """Recompute the analysis of every kernel folder of the given snapshots (all when None) from the stored
     blobs. Rows are spilled to the staging file as an ingest's are (memory stays flat), then swapped into
     the catalog in one transaction."""
@@ -49,10 +52,13 @@ def reindex(home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0,
     return done
 
 
-def _analyse(catalog: Catalog, store: BlobStore, digest: str, cache_key: str, options: AnalysisOptions,
-             tables: dict[str, Table]) -> None:
-    files = [FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
-             for r in catalog.folder_files(digest)]
+def _analyse(
+    catalog: Catalog, store: BlobStore, digest: str, cache_key: str, options: AnalysisOptions, tables: dict[str, Table]
+) -> None:
+    files = [
+        FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
+        for r in catalog.folder_files(digest)
+    ]
     walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
     json_file = kernel_json(walked)
     if json_file is None:

@@ -11,12 +11,12 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kdb import __version__
-from kdb.analysis.model import AnalysisOptions
+from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions
 from kdb.errors import InputError, TagError, UsageError
 from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
@@ -30,7 +30,6 @@ from kdb.store.staging import Staging
 DEFAULT_MAX_FILE_BYTES = 1 << 30
 # Rows held in memory before they are spilled to the staging file.
 FLUSH_ROWS = 50_000
-
 
 
 @dataclass(frozen=True)
@@ -63,16 +62,27 @@ def parse_labels(pairs: list[str]) -> dict[str, str]:
     return labels
 
 
-def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None = None, replace: bool = False,
-           workers: int | None = None, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-           progress: Callable[[int, int, int, int], None] | None = None, lock_wait_s: float = 600.0,
-           options: AnalysisOptions = AnalysisOptions()) -> IngestSummary:
+def ingest(
+    home: Home,
+    source: Path,
+    tag: str,
+    *,
+    labels: dict[str, str] | None = None,
+    replace: bool = False,
+    workers: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Callable[[int, int, int, int], None] | None = None,
+    lock_wait_s: float = 600.0,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> IngestSummary:
     validate_tag(tag)
     started = time.monotonic()
     walk = walk_cache(source)
     groups = groups_of(walk.files)
     if not any(analyze for _, _, analyze in groups):
-        raise InputError(f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)")
+        raise InputError(
+            f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
+        )
     workers = workers or os.cpu_count() or 1
 
     with write_lock(home.lock_path, lock_wait_s):
@@ -89,7 +99,7 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
             home.store.durable()
             snapshot = {
                 "tag": tag,
-                "created_at": datetime.now(timezone.utc).replace(tzinfo=None),
+                "created_at": datetime.now(UTC).replace(tzinfo=None),
                 "source_path": str(source.resolve()),
                 "host": socket.gethostname(),
                 "kdb_version": __version__,
@@ -103,20 +113,36 @@ def ingest(home: Home, source: Path, tag: str, *, labels: dict[str, str] | None 
         finally:
             staging.remove()
     return IngestSummary(
-        tag=tag, source=str(source), kernels=recorded["kernel_count"], files=totals["file_count"],
-        raw_bytes=totals["raw_bytes"], new_bytes=totals["new_bytes"], stored_bytes=recorded["stored_bytes"],
-        problems=len(problem_list), seconds=time.monotonic() - started, problem_list=problem_list,
+        tag=tag,
+        source=str(source),
+        kernels=recorded["kernel_count"],
+        files=totals["file_count"],
+        raw_bytes=totals["raw_bytes"],
+        new_bytes=totals["new_bytes"],
+        stored_bytes=recorded["stored_bytes"],
+        problems=len(problem_list),
+        seconds=time.monotonic() - started,
+        problem_list=problem_list,
     )
 
 
-def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tuple[str | None, list[WalkedFile], bool]],
-                     known: dict[str, frozenset[str]], workers: int, max_file_bytes: int,
-                     progress: Callable[[int, int, int, int], None] | None, options: AnalysisOptions) -> dict[str, int]:
+def _store_and_stage(
+    home: Home,
+    staging: Staging,
+    walk: Walk,
+    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    known: dict[str, frozenset[str]],
+    workers: int,
+    max_file_bytes: int,
+    progress: Callable[[int, int, int, int], None] | None,
+    options: AnalysisOptions,
+) -> dict[str, int]:
     """Store every file and stage every row; return the snapshot's file count and byte totals."""
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
     for p in walk.problems:
-        tables["file_problems"].add(path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None,
-                                    stage="walk", reason=p.reason)
+        tables["file_problems"].add(
+            path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None, stage="walk", reason=p.reason
+        )
     total_files = len(walk.files)
     total_bytes = sum(f.size for f in walk.files)
     totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
@@ -132,8 +158,12 @@ def _store_and_stage(home: Home, staging: Staging, walk: Walk, groups: list[tupl
         elif result.files:
             tables["folder_sets"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
             if not result.known:
-                tables["folders"].add(folder_digest=result.folder_digest, cache_key=result.cache_key,
-                                      file_count=len(result.files), bytes=result.bytes_read)
+                tables["folders"].add(
+                    folder_digest=result.folder_digest,
+                    cache_key=result.cache_key,
+                    file_count=len(result.files),
+                    bytes=result.bytes_read,
+                )
                 for row in result.files:
                     tables["folder_files"].add(folder_digest=result.folder_digest, **row)
         if result.analysis is not None and result.analysis.kernel is not None:

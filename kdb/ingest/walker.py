@@ -110,8 +110,11 @@ def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
             name = entry.name
             name.encode("utf-8")
         except UnicodeEncodeError:
-            walk.problems.append(WalkProblem(prefix + os.fsencode(entry.name).decode("utf-8", "replace"),
-                                             "file name is not valid UTF-8; skipped"))
+            walk.problems.append(
+                WalkProblem(
+                    prefix + os.fsencode(entry.name).decode("utf-8", "replace"), "file name is not valid UTF-8; skipped"
+                )
+            )
             continue
         rel = prefix + name
         try:

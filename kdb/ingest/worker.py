@@ -45,15 +45,24 @@ def folder_digest(cache_key: str, files: list[tuple[str, str]]) -> str:
     return h.hexdigest()
 
 
-def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile], max_bytes: int,
-                 analyze: bool, known: frozenset[str], options: AnalysisOptions) -> GroupResult:
+def _store_group(
+    store_root: str,
+    cache_key: str | None,
+    files: list[WalkedFile],
+    max_bytes: int,
+    analyze: bool,
+    known: frozenset[str],
+    options: AnalysisOptions,
+) -> GroupResult:
     """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store and analyse it."""
     store = BlobStore(Path(store_root))
     out = GroupResult(cache_key)
     read: list[tuple[WalkedFile, bytes | None, str]] = []
     for f in files:
         if f.size > max_bytes:
-            out.problems.append((f.rel, cache_key, "read", f"{f.size} bytes is larger than --max-file-size; not stored"))
+            out.problems.append(
+                (f.rel, cache_key, "read", f"{f.size} bytes is larger than --max-file-size; not stored")
+            )
             continue
         try:
             if f.size > STREAM_THRESHOLD:  # stored while hashed, in streaming passes
@@ -69,9 +78,9 @@ def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile]
             continue
         read.append((f, data, hash_bytes(data)))
     prefix = "" if cache_key is None else cache_key + "/"
-    for f, data, digest in read:
-        size = len(data) if data is not None else f.size
-        out.files.append({"name": f.rel[len(prefix):], "hash": digest, "size": size, "kind": f.kind})
+    for f, content, digest in read:
+        size = len(content) if content is not None else f.size
+        out.files.append({"name": f.rel[len(prefix) :], "hash": digest, "size": size, "kind": f.kind})
         out.bytes_read += size
     if cache_key is not None:
         out.folder_digest = folder_digest(cache_key, [(r["name"], r["hash"]) for r in out.files])
@@ -79,13 +88,13 @@ def _store_group(store_root: str, cache_key: str | None, files: list[WalkedFile]
     if out.known:
         return out
     contents: list[FolderFile] = []
-    for f, data, digest in read:
-        if data is None:
+    for f, content, digest in read:
+        if content is None:
             continue
-        put = store.put_bytes(data, digest)
+        put = store.put_bytes(content, digest)
         out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
         out.new_bytes += put.stored_size if put.new else 0
-        contents.append(FolderFile(f.rel, f.kind, data))
+        contents.append(FolderFile(f.rel, f.kind, content))
     if analyze and cache_key is not None and out.folder_digest is not None:
         json_file = kernel_json(files)
         json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
@@ -131,12 +140,20 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile], bool]], max_bytes: int,
-                workers: int, known: dict[str, frozenset[str]], options: AnalysisOptions) -> Iterator[GroupResult]:
+def run_groups(
+    store_root: Path,
+    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    max_bytes: int,
+    workers: int,
+    known: dict[str, frozenset[str]],
+    options: AnalysisOptions,
+) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
         for key, files, analyze in groups:
-            yield _store_group(str(store_root), key, files, max_bytes, analyze, known.get(key, frozenset()), options)
+            yield _store_group(
+                str(store_root), key, files, max_bytes, analyze, known.get(key or "", frozenset()), options
+            )
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
@@ -144,12 +161,26 @@ def run_groups(store_root: Path, groups: list[tuple[str | None, list[WalkedFile]
     # Spawned, not forked: a forked worker starts with a copy of this process (the walk of a 10k-kernel
     # cache, the staging buffers), and copy-on-write turns those pages private as refcounts change;
     # measured at 10k kernels, two forked workers held ~260 MB PSS, two spawned ones ~150 MB.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         pending: deque[Future[GroupResult]] = deque()
         for key, files, analyze in groups:
-            pending.append(pool.submit(_store_group, str(store_root), key, files, max_bytes, analyze,
-                                       known.get(key, frozenset()), options))
+            pending.append(
+                pool.submit(
+                    _store_group,
+                    str(store_root),
+                    key,
+                    files,
+                    max_bytes,
+                    analyze,
+                    known.get(key or "", frozenset()),
+                    options,
+                )
+            )
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:

@@ -66,8 +66,9 @@ def render_rich(renderable: Any, width: int = 100) -> str:
     return buf.getvalue()
 
 
-def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None,
-               width: int | None = None) -> str:
+def table_text(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, width: int | None = None
+) -> str:
     """A plain aligned table; without a width it is as wide as its content (for pipes and files)."""
     t = RichTable(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for c in columns:
@@ -100,11 +101,12 @@ def table_markdown(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def rows_as_dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    return [dict(zip(columns, r)) for r in rows]
+    return [dict(zip(columns, r, strict=False)) for r in rows]
 
 
-def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None,
-                width: int | None = None) -> str:
+def render_rows(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None, width: int | None = None
+) -> str:
     if fmt == "json":
         return to_json(rows_as_dicts(columns, rows))
     if fmt == "csv":

@@ -7,11 +7,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from kdb.store.catalog import Catalog
 from kdb.errors import IntegrityError, UsageError
+from kdb.store.blobs import TEMP_PREFIX, check_orphan, is_blob_name
+from kdb.store.catalog import Catalog
 from kdb.store.home import Home
 from kdb.store.lock import write_lock
-from kdb.store.blobs import TEMP_PREFIX, check_orphan, is_blob_name
+
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
     with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
@@ -111,7 +112,9 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
         if ref["sizes"] != 1:
             report.problems.append(f"blob {ref['hash']}: files record {ref['sizes']} different sizes")
         if ref["unrecorded"]:
-            report.problems.append(f"blob {ref['hash']}: referenced by {ref['example']} but missing from the blobs table")
+            report.problems.append(
+                f"blob {ref['hash']}: referenced by {ref['example']} but missing from the blobs table"
+            )
         check = store.check(ref["hash"], ref["size"])
         report.blobs_checked += 1
         if check.problem:
@@ -139,7 +142,13 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
 def safe_relative(path: str) -> PurePosixPath:
     """A catalog path as a relative path that cannot climb out of the directory it is joined to."""
     p = PurePosixPath(path)
-    if not path or p.is_absolute() or "\\" in path or "\0" in path or any(part in ("..", "") for part in path.split("/")):
+    if (
+        not path
+        or p.is_absolute()
+        or "\\" in path
+        or "\0" in path
+        or any(part in ("..", "") for part in path.split("/"))
+    ):
         raise IntegrityError(f"refusing unsafe path in catalog: {path!r}")
     return p
 

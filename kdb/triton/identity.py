@@ -29,16 +29,22 @@ import re
 from typing import Any
 
 from kdb.errors import ParseError
-from kdb.triton.mlir_text import matching_paren, split_top
 from kdb.triton.kernel_json import KernelMeta
+from kdb.triton.mlir_text import matching_paren, split_top
 
 IDENTITY_VERSION = 1
 
 # -- options compared by release default ----------------------------------------------------------
 # Options kept out of the hash, per backend. `None` as a value in JSON means "not set".
 TUNING_OPTIONS: dict[str, tuple[str, ...]] = {
-    "hip": ("num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
-            "instruction_sched_variant"),
+    "hip": (
+        "num_stages",
+        "waves_per_eu",
+        "matrix_instr_nonkdim",
+        "kpack",
+        "schedule_hint",
+        "instruction_sched_variant",
+    ),
     "cuda": ("num_stages", "maxnreg"),
 }
 
@@ -87,8 +93,9 @@ class _Unknown:
 _UNKNOWN = _Unknown()
 
 
-def options_compatible(a: dict[str, Any], b: dict[str, Any], version_a: str | None = None,
-                       version_b: str | None = None) -> tuple[bool, list[str]]:
+def options_compatible(
+    a: dict[str, Any], b: dict[str, Any], version_a: str | None = None, version_b: str | None = None
+) -> tuple[bool, list[str]]:
     """Compare two `parts["options"]` dicts: every option equal, or each side at its own release's default.
 
     An option absent from one side (a release that has no such option) counts as that side's default.
@@ -155,7 +162,7 @@ class _Locs:
         if body == "unknown" or not body:
             return []
         if body.startswith("callsite("):
-            inner = body[len("callsite("): _matching_paren(body, len("callsite"))]
+            inner = body[len("callsite(") : _matching_paren(body, len("callsite"))]
             parts = split_top(inner, " at ")
             if len(parts) != 2:
                 raise ParseError("TTIR: malformed callsite location")
@@ -167,7 +174,7 @@ class _Locs:
                 return []
             end = body.rfind("]")
             out: list[tuple[str, int]] = []
-            for piece in split_top(body[start + 1:end], ","):
+            for piece in split_top(body[start + 1 : end], ","):
                 out += self.resolve(piece, depth + 1)
             return out
         m = _FILE_LOC.match(body)
@@ -176,7 +183,7 @@ class _Locs:
         m = _NAME_LOC.match(body)
         if m:
             open_at = m.end() - 1
-            return self.resolve(body[open_at + 1: _matching_paren(body, open_at)], depth + 1)
+            return self.resolve(body[open_at + 1 : _matching_paren(body, open_at)], depth + 1)
         return []
 
 
@@ -190,11 +197,11 @@ def _func_signature(lines: list[str]) -> tuple[int, str, str]:
     line = lines[i]
     open_at = m.end() - 1
     close = _matching_paren(line, open_at)
-    return i, m.group(2), line[open_at + 1:close]
+    return i, m.group(2), line[open_at + 1 : close]
 
 
 def _parse_args(arg_text: str) -> list[dict[str, Any]]:
-    args = []
+    args: list[dict[str, Any]] = []
     if not arg_text.strip():
         return args
     for piece in split_top(arg_text, ","):
@@ -202,7 +209,7 @@ def _parse_args(arg_text: str) -> list[dict[str, Any]]:
         m = re.match(r"^(%[\w$.-]+)\s*:\s*", piece)
         if not m:
             raise ParseError(f"TTIR: cannot read function argument {piece[:60]!r}")
-        rest = piece[m.end():]
+        rest = piece[m.end() :]
         loc = None
         lm = _TRAILING_LOC.search(rest)
         if lm:
@@ -211,7 +218,7 @@ def _parse_args(arg_text: str) -> list[dict[str, Any]]:
         attrs: dict[str, str] = {}
         brace = rest.find("{")
         if brace >= 0 and rest.endswith("}"):
-            attr_text = rest[brace + 1:-1]
+            attr_text = rest[brace + 1 : -1]
             rest = rest[:brace].strip()
             for item in split_top(attr_text, ","):
                 key, sep, value = item.partition("=")
@@ -309,13 +316,16 @@ def ttir_facts(ttir: str) -> dict[str, Any]:
     for i, a in enumerate(args):
         offsets: set[int] = set()
         for body in uses[i]:
-            for file, line in locs.resolve(body):
-                if file == def_file and def_line is not None:
-                    offsets.add(line - def_line)
+            for loc_file, loc_line in locs.resolve(body):
+                if loc_file == def_file and def_line is not None:
+                    offsets.add(loc_line - def_line)
                     break
         arg_parts.append({"type": a["type"], "attrs": dict(sorted(a["attrs"].items())), "use_lines": sorted(offsets)})
-    body_text = "\n".join(lines[head:body_end + 1])
-    shapes = sorted({m.group(1)[:-1] for m in _TENSOR.finditer(body_text)}, key=lambda s: (s.count("x"), [int(d) for d in s.split("x")]))
+    body_text = "\n".join(lines[head : body_end + 1])
+    shapes = sorted(
+        {m.group(1)[:-1] for m in _TENSOR.finditer(body_text)},
+        key=lambda s: (s.count("x"), [int(d) for d in s.split("x")]),
+    )
     consts = {(int(v), t) for v, t in _INT_CONST.findall(body_text)}
     consts |= {(int(v), t) for v, t in _DENSE_INT.findall(body_text)}
     return {

@@ -65,9 +65,7 @@ def _target(raw: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
     else:
         backend = raw.get("backend_name")
         arch, warp = raw.get("arch"), raw.get("warp_size")
-    if isinstance(arch, int):
-        arch = f"sm{arch}"
-    elif isinstance(arch, str) and arch.isdigit():
+    if isinstance(arch, int) or isinstance(arch, str) and arch.isdigit():
         arch = f"sm{arch}"
     if backend is not None and not isinstance(backend, str):
         backend = None

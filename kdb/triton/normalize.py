@@ -40,7 +40,7 @@ def _strip_complex_locs(line: str) -> str:
             if j < 0:
                 out.append(line[i:])
                 break
-            out.append(line[i:j + 4])
+            out.append(line[i : j + 4])
             i = j + 4
             continue
         out.append(line[i:j])
@@ -98,7 +98,7 @@ def _normalise_llir(text: str) -> str:
             continue
         if st[0].isdigit() and (label := _LLIR_LABEL.match(st)):  # `7:` starts a basic block
             name = labels.setdefault(label.group(0), f"L{len(labels)}")
-            st = name + st[label.end():]
+            st = name + st[label.end() :]
         kept.append(st)
     # Line filtering leaves no line starting with `!`, so the attachment pattern cannot span lines.
     body = _DBG_PRINTED.sub("", "\n".join(kept))

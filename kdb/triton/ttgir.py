@@ -16,7 +16,8 @@ MAX_TEXT_CHARS = 512 * 1024 * 1024
 MODULE_RE = re.compile(r"^\s*module\s+attributes\s*\{(?P<attrs>.*)\}\s*\{?\s*$", re.MULTILINE)
 # "triton_gpu.num-warps" = 4 : i32        ttg.target = "hip:gfx942"        ttg.shared = 16384 : i32
 MODULE_ATTR_RE = re.compile(
-    r'"?(?P<prefix>ttg|triton_gpu)\.(?P<key>[\w-]+)"?\s*=\s*(?:"(?P<str>[^"]*)"|(?P<int>-?\d{1,19})(?:\s*:\s*i\d+)?)')
+    r'"?(?P<prefix>ttg|triton_gpu)\.(?P<key>[\w-]+)"?\s*=\s*(?:"(?P<str>[^"]*)"|(?P<int>-?\d{1,19})(?:\s*:\s*i\d+)?)'
+)
 # #mma = #ttg.amd_mfma<{version = 3, ...}>      #triton_gpu.slice<{dim = 1, parent = #blocked}>
 LAYOUT_RE = re.compile(r"#(?:ttg|triton_gpu)\.(?P<kind>\w+)<")
 #     %2 = ttg.convert_layout %1 : tensor<1024xf32, #blocked> -> tensor<1024xf32, #blocked1> loc(#loc12)
@@ -25,8 +26,13 @@ CONVERT_LAYOUT_RE = re.compile(r"\b(?:ttg|triton_gpu)\.convert_layout\b")
 LOCAL_ALLOC_RE = re.compile(r"\b(?:ttg|triton_gpu)\.local_alloc\b")
 
 # Module attributes typed in the result; any other `ttg.*` module attribute is kept under 'attributes'.
-_TYPED_ATTRS = {"num-warps": "num_warps", "num-ctas": "num_ctas", "threads-per-warp": "threads_per_warp",
-                "shared": "shared", "target": "target"}
+_TYPED_ATTRS = {
+    "num-warps": "num_warps",
+    "num-ctas": "num_ctas",
+    "threads-per-warp": "threads_per_warp",
+    "shared": "shared",
+    "target": "target",
+}
 
 
 def parse_ttgir(text: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from kdb.errors import ParseError
 MAX_TEXT_CHARS = 256 * 1024 * 1024
 MAX_LINE_CHARS = 64 * 1024
 
-#	.type	mm_k,@function
+# 	.type	mm_k,@function
 TYPE_FUNCTION_RE = re.compile(r"^\.type\s+([^\s,]+)\s*,\s*@function\b")
 # mm_k:                                   ; @mm_k
 LABEL_RE = re.compile(r"^([A-Za-z_.$][\w.$]*):")
@@ -25,17 +25,17 @@ LABEL_RE = re.compile(r"^([A-Za-z_.$][\w.$]*):")
 FUNC_END_RE = re.compile(r"^\.Lfunc_end\d+:")
 #                                         ; -- End function
 END_FUNCTION_COMMENT = "; -- End function"
-#	.file	1 "/tmp/dev" "build.py"      (also `.file 1 "/abs/build.py"`, and an optional `md5 0x…` tail)
+# 	.file	1 "/tmp/dev" "build.py"      (also `.file 1 "/abs/build.py"`, and an optional `md5 0x…` tail)
 FILE_RE = re.compile(r'^\.file\s+(\d{1,9})\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
-#	.loc	1 22 25 is_stmt 1               ; build.py:22:25
+# 	.loc	1 22 25 is_stmt 1               ; build.py:22:25
 LOC_RE = re.compile(r"^\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
-#	buffer_store_dword v1, off, s[0:3], 0 offset:4 ; 4-byte Folded Spill
+# 	buffer_store_dword v1, off, s[0:3], 0 offset:4 ; 4-byte Folded Spill
 FOLDED_RE = re.compile(r";\s*(\d{1,9})-byte Folded (Spill|Reload)\b")
 # ; Kernel info:
 KERNEL_INFO_HEADER_RE = re.compile(r"^;\s*Kernel info:\s*$")
 # ; codeLenInByte = 7228          ; TotalNumSgprs: 24          ; COMPUTE_PGM_RSRC2:SCRATCH_EN: 0
 KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*)$")
-#	.amdhsa_private_segment_fixed_size 664
+# 	.amdhsa_private_segment_fixed_size 664
 AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d{1,19})\b")
 #   .vgpr_count:     334      (a key of a kernel map in the `.amdgpu_metadata` YAML)
 YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):(?P<value>.*)$")
@@ -45,9 +45,27 @@ MUBUF_SCRATCH_OPERANDS_RE = re.compile(r"^[^,]+,\s*off\s*,\s*s\[")
 # buffer_load_dword v1, s[4:7], 0 offen lds      (MUBUF loading straight into LDS: a modifier, not a mnemonic)
 LDS_MODIFIER_RE = re.compile(r"\blds\b")
 
-GROUPS = ("matrix", "agpr_move", "scratch", "lds_dma", "lds", "scalar_mem", "vmem_load", "vmem_store",
-          "vmem_atomic", "wait", "barrier", "branch", "nop", "sched", "conversion", "transcendental",
-          "valu", "salu", "other")
+GROUPS = (
+    "matrix",
+    "agpr_move",
+    "scratch",
+    "lds_dma",
+    "lds",
+    "scalar_mem",
+    "vmem_load",
+    "vmem_store",
+    "vmem_atomic",
+    "wait",
+    "barrier",
+    "branch",
+    "nop",
+    "sched",
+    "conversion",
+    "transcendental",
+    "valu",
+    "salu",
+    "other",
+)
 
 _PREFIX_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("matrix", ("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")),
@@ -55,10 +73,23 @@ _PREFIX_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scratch", ("scratch_",)),
     ("lds_dma", ("global_load_lds_",)),
     ("lds", ("ds_",)),
-    ("scalar_mem", ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_dcache", "s_memtime",
-                    "s_prefetch_data", "s_atomic")),
-    ("vmem_load", ("global_load", "buffer_load", "flat_load", "image_load", "image_sample", "image_gather",
-                   "tbuffer_load")),
+    (
+        "scalar_mem",
+        (
+            "s_load",
+            "s_buffer_load",
+            "s_store",
+            "s_buffer_store",
+            "s_dcache",
+            "s_memtime",
+            "s_prefetch_data",
+            "s_atomic",
+        ),
+    ),
+    (
+        "vmem_load",
+        ("global_load", "buffer_load", "flat_load", "image_load", "image_sample", "image_gather", "tbuffer_load"),
+    ),
     ("vmem_store", ("global_store", "buffer_store", "flat_store", "image_store", "tbuffer_store")),
     ("vmem_atomic", ("global_atomic", "buffer_atomic", "flat_atomic", "image_atomic")),
     ("wait", ("s_waitcnt", "s_wait_")),
@@ -67,8 +98,23 @@ _PREFIX_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nop", ("s_nop", "s_code_end")),
     ("sched", ("s_delay_alu", "s_setprio", "s_sleep", "s_clause", "s_sched_")),
     ("conversion", ("v_cvt_",)),
-    ("transcendental", ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_", "v_s_exp_",
-                        "v_s_log_", "v_s_rcp_", "v_s_rsq_", "v_s_sqrt_")),
+    (
+        "transcendental",
+        (
+            "v_exp_",
+            "v_log_",
+            "v_rcp_",
+            "v_rsq_",
+            "v_sqrt_",
+            "v_sin_",
+            "v_cos_",
+            "v_s_exp_",
+            "v_s_log_",
+            "v_s_rcp_",
+            "v_s_rsq_",
+            "v_s_sqrt_",
+        ),
+    ),
     ("valu", ("v_",)),
     ("salu", ("s_",)),
 )
@@ -91,8 +137,11 @@ def _operand_flags(operands: str | None) -> tuple[bool, bool | None]:
 def _group(mnemonic: str, private_segment: bool, lds_modifier: bool, scratch_operands: bool | None) -> str:
     if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic or lds_modifier):
         return "lds_dma"
-    if private_segment and mnemonic.startswith(("buffer_load", "buffer_store")) \
-            and (scratch_operands is None or scratch_operands):
+    if (
+        private_segment
+        and mnemonic.startswith(("buffer_load", "buffer_store"))
+        and (scratch_operands is None or scratch_operands)
+    ):
         return "scratch"
     for group, prefixes in _PREFIX_GROUPS:
         if mnemonic.startswith(prefixes):
@@ -146,15 +195,15 @@ class _Building:
 
 
 _NO_OPERAND_FLAGS: tuple[bool, bool | None] = (False, None)
-#	v_mfma_f32_32x32x8_f16 ...: a mnemonic is lowercase letters, digits, `_` and `.`
+# 	v_mfma_f32_32x32x8_f16 ...: a mnemonic is lowercase letters, digits, `_` and `.`
 MNEMONIC_RE = re.compile(r"[a-z][a-z0-9_.]*\Z")
 
 
-#	.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+# 	.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
 TARGET_RE = re.compile(r'^\.amdgcn_target\s+"([^"]*)"')
 
 
-def parse_amdgcn(text: str) -> AsmListing:
+def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state machine, kept in one piece)
     """Parse Triton's `.amdgcn` text. Raises ParseError when it holds no kernel function."""
     if not isinstance(text, str):
         raise ParseError("assembly is not text")
@@ -237,8 +286,7 @@ def parse_amdgcn(text: str) -> AsmListing:
             valid = mnemonic_ok[token] = MNEMONIC_RE.match(token) is not None
         if not valid:
             continue
-        flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") \
-            else _NO_OPERAND_FLAGS
+        flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") else _NO_OPERAND_FLAGS
         current.counts[(token, loc_file, loc_line, flags)] += 1
         if comment and "Folded" in comment and (folded := FOLDED_RE.search(";" + comment)):
             size = int(folded.group(1))
@@ -318,11 +366,13 @@ def _yaml_scalar(value: str) -> int | str | bool:
 
 def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKernel:
     info = building.kernel_info
-    private = (building.amdhsa.get("private_segment_fixed_size", 0) > 0
-               or building.amdhsa.get("enable_private_segment", 0) > 0
-               or (isinstance(info.get("ScratchSize"), int) and info["ScratchSize"] > 0)  # type: ignore[operator]
-               or (isinstance(metadata.get("private_segment_fixed_size"), int)
-                   and metadata["private_segment_fixed_size"] > 0))  # type: ignore[operator]
+    scratch_size, private_size = info.get("ScratchSize"), metadata.get("private_segment_fixed_size")
+    private = (
+        building.amdhsa.get("private_segment_fixed_size", 0) > 0
+        or building.amdhsa.get("enable_private_segment", 0) > 0
+        or (isinstance(scratch_size, int) and scratch_size > 0)
+        or (isinstance(private_size, int) and private_size > 0)
+    )
     mnemonics: Counter[str] = Counter()
     groups: Counter[str] = Counter()
     lines: Counter[tuple[str, int, str]] = Counter()

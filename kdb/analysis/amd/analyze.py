@@ -14,11 +14,17 @@ from kdb.errors import KdbError, ParseError
 from kdb.triton.kernel_json import KernelMeta
 
 
-def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, meta: KernelMeta, files: list[FolderFile],
-                options: AnalysisOptions) -> None:
+def analyze_amd(
+    out: FolderAnalysis,
+    row: dict[str, Any],
+    folder_digest: str,
+    meta: KernelMeta,
+    files: list[FolderFile],
+    options: AnalysisOptions,
+) -> None:
     hsaco = first_file(files, "hsaco", meta.name)
     kernel = None
-    arch = meta.arch
+    arch = meta.arch or ""  # the code object's own arch once it is parsed (every use below needs it parsed)
     if hsaco is None:
         add_problem(out, None, "hsaco", "no code object (.hsaco) in the kernel folder")
     else:
@@ -28,16 +34,29 @@ def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, me
             if kernel is None:
                 raise ParseError("code object holds no kernel")
             arch = co.arch
-            row.update(co_arch=co.arch, co_version=co.code_object_version, xnack=co.xnack, sramecc=co.sramecc,
-                       vgpr_count=kernel.vgpr_count, agpr_count=kernel.agpr_count, sgpr_count=kernel.sgpr_count,
-                       vgpr_spill_count=kernel.vgpr_spill_count, sgpr_spill_count=kernel.sgpr_spill_count,
-                       lds_static=kernel.group_segment_fixed_size, scratch_bytes=kernel.private_segment_fixed_size,
-                       wavefront_size=kernel.wavefront_size, max_workgroup_size=kernel.max_flat_workgroup_size,
-                       kernarg_size=kernel.kernarg_segment_size, dynamic_stack=kernel.uses_dynamic_stack,
-                       code_size=kernel.code_size, registers=kernel.vgpr_count,
-                       stack_bytes=kernel.private_segment_fixed_size, local_bytes=kernel.private_segment_fixed_size,
-                       co_metadata=json.dumps(kernel.metadata, sort_keys=True),
-                       descriptor=json.dumps(_descriptor(kernel), sort_keys=True))
+            row.update(
+                co_arch=co.arch,
+                co_version=co.code_object_version,
+                xnack=co.xnack,
+                sramecc=co.sramecc,
+                vgpr_count=kernel.vgpr_count,
+                agpr_count=kernel.agpr_count,
+                sgpr_count=kernel.sgpr_count,
+                vgpr_spill_count=kernel.vgpr_spill_count,
+                sgpr_spill_count=kernel.sgpr_spill_count,
+                lds_static=kernel.group_segment_fixed_size,
+                scratch_bytes=kernel.private_segment_fixed_size,
+                wavefront_size=kernel.wavefront_size,
+                max_workgroup_size=kernel.max_flat_workgroup_size,
+                kernarg_size=kernel.kernarg_segment_size,
+                dynamic_stack=kernel.uses_dynamic_stack,
+                code_size=kernel.code_size,
+                registers=kernel.vgpr_count,
+                stack_bytes=kernel.private_segment_fixed_size,
+                local_bytes=kernel.private_segment_fixed_size,
+                co_metadata=json.dumps(kernel.metadata, sort_keys=True),
+                descriptor=json.dumps(_descriptor(kernel), sort_keys=True),
+            )
         except ParseError as exc:
             add_problem(out, hsaco, "hsaco", str(exc))
             kernel = None
@@ -46,11 +65,17 @@ def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, me
             wave = kernel.wavefront_size
             occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count)
             lds = kernel.group_segment_fixed_size + (meta.shared or 0)
-            launch, launch_lim = occupancy.launch_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds,
-                                                            meta.num_warps or 1)
-            row.update(occupancy_llvm=occ, occupancy_llvm_limiter=lim, occupancy=launch, occupancy_limiter=launch_lim,
-                       occupancy_unit="waves/SIMD",
-                       vgpr_headroom=occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count))
+            launch, launch_lim = occupancy.launch_occupancy(
+                arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1
+            )
+            row.update(
+                occupancy_llvm=occ,
+                occupancy_llvm_limiter=lim,
+                occupancy=launch,
+                occupancy_limiter=launch_lim,
+                occupancy_unit="waves/SIMD",
+                vgpr_headroom=occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count),
+            )
         except KdbError as exc:
             add_problem(out, hsaco, "occupancy", str(exc))
 
@@ -59,21 +84,41 @@ def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, me
     if asm_file is not None:
         try:
             listing = parse_amdgcn(text_of(asm_file))
-            asm = next((k for k in listing.kernels if k.name == meta.name), listing.kernels[0] if listing.kernels else None)
+            asm = next(
+                (k for k in listing.kernels if k.name == meta.name), listing.kernels[0] if listing.kernels else None
+            )
             if asm is None:
                 raise ParseError("no kernel function in the asm")
             info_occ = asm.kernel_info.get("Occupancy")
-            row.update(asm_occupancy=info_occ if isinstance(info_occ, int) else None,
-                       kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
-                       instr_source="amdgcn", instr_count=asm.instruction_count, spill_count=asm.spill_count,
-                       reload_count=asm.reload_count, scratch_instr_count=asm.scratch_instructions)
+            row.update(
+                asm_occupancy=info_occ if isinstance(info_occ, int) else None,
+                kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
+                instr_source="amdgcn",
+                instr_count=asm.instruction_count,
+                spill_count=asm.spill_count,
+                reload_count=asm.reload_count,
+                scratch_instr_count=asm.scratch_instructions,
+            )
             # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
             for (mnemonic, grp), count in sorted(asm.mix.items()):
-                out.add("instr_mix_counts", folder_digest=folder_digest, source="amdgcn", mnemonic=mnemonic, grp=grp,
-                        count=count)
+                out.add(
+                    "instr_mix_counts",
+                    folder_digest=folder_digest,
+                    source="amdgcn",
+                    mnemonic=mnemonic,
+                    grp=grp,
+                    count=count,
+                )
             for (file, line, grp), count in sorted(asm.lines.items()):
-                out.add("source_line_counts", folder_digest=folder_digest, source="amdgcn", file=file, line=line, grp=grp,
-                        count=count)
+                out.add(
+                    "source_line_counts",
+                    folder_digest=folder_digest,
+                    source="amdgcn",
+                    file=file,
+                    line=line,
+                    grp=grp,
+                    count=count,
+                )
             return
         except ParseError as exc:
             add_problem(out, asm_file, "amdgcn", str(exc))
@@ -82,14 +127,34 @@ def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, me
         if counts is None:
             return
         groups = {m: classify(m, private) for m in counts}
-        row.update(instr_source="llvm-objdump", instr_count=sum(counts.values()),
-                   scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"))
+        row.update(
+            instr_source="llvm-objdump",
+            instr_count=sum(counts.values()),
+            scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"),
+        )
         for mnemonic, count in sorted(counts.items()):
-            out.add("instr_mix_counts", folder_digest=folder_digest, source="llvm-objdump", mnemonic=mnemonic,
-                    grp=groups[mnemonic], count=count)
+            out.add(
+                "instr_mix_counts",
+                folder_digest=folder_digest,
+                source="llvm-objdump",
+                mnemonic=mnemonic,
+                grp=groups[mnemonic],
+                count=count,
+            )
 
 
 def _descriptor(kernel: Any) -> dict[str, Any]:
-    names = ("granulated_vgpr", "granulated_sgpr", "accum_offset", "wgp_mode", "wave32", "private_segment_enabled",
-             "user_sgpr_count", "entry_offset", "descriptor_vgprs", "descriptor_arch_vgprs", "descriptor_sgprs")
+    names = (
+        "granulated_vgpr",
+        "granulated_sgpr",
+        "accum_offset",
+        "wgp_mode",
+        "wave32",
+        "private_segment_enabled",
+        "user_sgpr_count",
+        "entry_offset",
+        "descriptor_vgprs",
+        "descriptor_arch_vgprs",
+        "descriptor_sgprs",
+    )
     return {n: getattr(kernel, n, None) for n in names}

@@ -15,8 +15,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from kdb.errors import ParseError
 from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.errors import ParseError
 
 # Preferred first; the bare name on PATH is Debian's default and too old unless it says otherwise.
 OBJDUMP_CANDIDATES = ("/usr/lib/llvm-22/bin/llvm-objdump", "llvm-objdump-22", "llvm-objdump-19")
@@ -25,9 +25,10 @@ TIMEOUT_S = 120
 
 # 0000000000001900 <mm_k>:
 SYMBOL_HEADER_RE = re.compile(r"^(?P<address>[0-9a-fA-F]+) <(?P<name>[^>]+)>:\s*$")
-#	s_load_dwordx2 s[2:3], s[0:1], 0x0                         // 000000001900: C0060080 00000000
+# 	s_load_dwordx2 s[2:3], s[0:1], 0x0                         // 000000001900: C0060080 00000000
 INSTRUCTION_LINE_RE = re.compile(
-    r"^\s+(?P<mnemonic>[a-z_.][a-z0-9_.]*)\b(?P<rest>.*?)(?://\s*(?P<address>[0-9A-Fa-f]+):.*)?$")
+    r"^\s+(?P<mnemonic>[a-z_.][a-z0-9_.]*)\b(?P<rest>.*?)(?://\s*(?P<address>[0-9A-Fa-f]+):.*)?$"
+)
 # LLVM version 22.1.0
 LLVM_VERSION_RE = re.compile(r"LLVM version (\d+)\.")
 
@@ -55,8 +56,9 @@ def _llvm_major(path: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def disassemble_mnemonics(hsaco_bytes: bytes, arch: str, symbol: str,
-                          objdump: str | None = None) -> Counter[str] | None:
+def disassemble_mnemonics(
+    hsaco_bytes: bytes, arch: str, symbol: str, objdump: str | None = None
+) -> Counter[str] | None:
     """Mnemonic counts within `symbol`'s code; words the disassembler cannot decode count as 'unknown'.
     None when no capable llvm-objdump exists, the object has no such kernel, or objdump fails on it."""
     tool = objdump or find_objdump()
@@ -75,7 +77,11 @@ def disassemble_mnemonics(hsaco_bytes: bytes, arch: str, symbol: str,
         try:
             proc = subprocess.run(
                 [tool, "-d", f"--mcpu={arch.split(':', 1)[0]}", f"--disassemble-symbols={symbol}", str(path)],
-                capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError):
             return None
     if proc.returncode != 0:

@@ -17,8 +17,8 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from kdb.errors import ParseError
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec
+from kdb.errors import ParseError
 
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
@@ -35,8 +35,19 @@ MAX_JSON_DEPTH = 64
 
 # Errors pyelftools, struct and msgpack raise on malformed input; all become ParseError at one place.
 _LIBRARY_ERRORS: tuple[type[BaseException], ...] = (
-    ELFError, ConstructError, struct.error, ValueError, KeyError, IndexError, TypeError,
-    AttributeError, OverflowError, ZeroDivisionError, UnicodeDecodeError, RecursionError, EOFError,
+    ELFError,
+    ConstructError,
+    struct.error,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    OverflowError,
+    ZeroDivisionError,
+    UnicodeDecodeError,
+    RecursionError,
+    EOFError,
     msgpack.exceptions.UnpackException,
 )
 
@@ -127,8 +138,7 @@ def _parse(data: bytes) -> CodeObject:
         raise ParseError("metadata note has no amdhsa.kernels list")
     symbols = _symbols(elf)
     kernels = [_kernel(meta, arch, symbols, sections, data) for meta in kernels_meta]
-    return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None,
-                      kernels)
+    return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None, kernels)
 
 
 @dataclass(frozen=True)
@@ -157,7 +167,7 @@ def _metadata_note(elf: ELFFile, data: bytes, sections: list[_Section]) -> dict[
         if section.header["sh_type"] != "SHT_NOTE":
             continue
         sec = sections[index]
-        for owner, note_type, desc in _notes(data[sec.offset: sec.offset + sec.size]):
+        for owner, note_type, desc in _notes(data[sec.offset : sec.offset + sec.size]):
             if owner == b"AMDGPU" and note_type == NT_AMDGPU_METADATA:
                 if len(desc) > MAX_NOTE_BYTES:
                     raise ParseError("metadata note too large")
@@ -179,8 +189,9 @@ def _notes(blob: bytes) -> list[tuple[bytes, int, bytes]]:
         end = desc_start + _align4(descsz)
         if desc_start + descsz > len(blob):
             raise ParseError("note record runs past its section")
-        notes.append((blob[name_start:name_start + namesz].rstrip(b"\0"), note_type,
-                      blob[desc_start:desc_start + descsz]))
+        notes.append(
+            (blob[name_start : name_start + namesz].rstrip(b"\0"), note_type, blob[desc_start : desc_start + descsz])
+        )
         pos = end
     return notes
 
@@ -233,14 +244,17 @@ def _file_offset(sym: _Symbol, sections: list[_Section], file_size: int, what: s
         raise ParseError(f"{what}: symbol in section {sym.shndx} which does not exist")
     sec = sections[sym.shndx]
     offset = sym.value - sec.addr + sec.offset
-    if sec.nobits or sym.value < sec.addr or sym.value + sym.size > sec.addr + sec.size \
-            or offset + sym.size > file_size:
+    if (
+        sec.nobits
+        or sym.value < sec.addr
+        or sym.value + sym.size > sec.addr + sec.size
+        or offset + sym.size > file_size
+    ):
         raise ParseError(f"{what}: symbol lies outside its section")
     return offset
 
 
-def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_Section],
-            data: bytes) -> KernelObject:
+def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_Section], data: bytes) -> KernelObject:
     if not isinstance(meta, dict):
         raise ParseError("amdhsa.kernels entry is not a map")
     name = meta.get(".name")

@@ -50,16 +50,53 @@ class ArchSpec:
         return 8 if self.unified_agprs or wave_size == 32 else 4
 
 
-def _cdna(name: str, mach: int, *, max_waves: int, granule: int, budget: int, max_vgprs: int,
-          unified: bool, lds: int) -> ArchSpec:
-    return ArchSpec(name, mach, 9, 64, max_waves, granule, granule, budget, budget, max_vgprs,
-                    True, unified, True, lds, lds, 512, 4, 16)
+def _cdna(
+    name: str, mach: int, *, max_waves: int, granule: int, budget: int, max_vgprs: int, unified: bool, lds: int
+) -> ArchSpec:
+    return ArchSpec(
+        name,
+        mach,
+        9,
+        64,
+        max_waves,
+        granule,
+        granule,
+        budget,
+        budget,
+        max_vgprs,
+        True,
+        unified,
+        True,
+        lds,
+        lds,
+        512,
+        4,
+        16,
+    )
 
 
 def _rdna(name: str, mach: int, *, generation: int, granule_w64: int, budget_w64: int) -> ArchSpec:
     # Wave32 doubles both the granule and the budget; RDNA counts a WGP (4 SIMD32, 128 KiB LDS).
-    return ArchSpec(name, mach, generation, 32, 16, granule_w64, granule_w64 * 2, budget_w64,
-                    budget_w64 * 2, 256, False, False, False, 64 * KIB, 128 * KIB, 1024, 4, 32)
+    return ArchSpec(
+        name,
+        mach,
+        generation,
+        32,
+        16,
+        granule_w64,
+        granule_w64 * 2,
+        budget_w64,
+        budget_w64 * 2,
+        256,
+        False,
+        False,
+        False,
+        64 * KIB,
+        128 * KIB,
+        1024,
+        4,
+        32,
+    )
 
 
 # The one table of AMD architecture constants. gfx940/gfx941 are gone from current LLVM; they equal gfx942.
@@ -137,29 +174,30 @@ def _pick(spec: ArchSpec, bounds: list[tuple[str, int]]) -> tuple[int, str]:
 def compiler_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int) -> tuple[int, str]:
     """LLVM's `; Occupancy:` figure: waves per SIMD from `.vgpr_count` and `.sgpr_count`, and its limiter."""
     spec = _spec(arch)
-    return _pick(spec, [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)),
-                        ("sgpr", waves_by_sgprs(spec, sgpr_count))])
+    return _pick(
+        spec, [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)), ("sgpr", waves_by_sgprs(spec, sgpr_count))]
+    )
 
 
-def launch_occupancy(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int, lds_bytes: int,
-                     num_warps: int) -> tuple[int, str]:
+def launch_occupancy(
+    arch: str, wave_size: int, vgpr_count: int, sgpr_count: int, lds_bytes: int, num_warps: int
+) -> tuple[int, str]:
     """Launch-time estimate: LLVM's figure, further bounded by LDS (static + Triton's `shared`) and by
     whole workgroups fitting on one CU/WGP. Not checked on hardware; report it beside compiler_occupancy."""
     spec = _spec(arch)
     num_warps = max(num_warps, 1)
     if lds_bytes > spec.lds_per_workgroup:
         return 0, "lds"
-    if num_warps > 1:
-        cap = spec.workgroups_per_cu
-    else:
-        cap = spec.max_waves_per_simd * spec.simds_per_cu
+    cap = spec.workgroups_per_cu if num_warps > 1 else spec.max_waves_per_simd * spec.simds_per_cu
     by_lds = spec.lds_per_cu // _round_up(lds_bytes, spec.lds_alloc_granule) if lds_bytes > 0 else cap
     workgroups = min(by_lds, cap)
     resident = math.ceil(workgroups * num_warps / spec.simds_per_cu)
     # Name LDS when it is what bounds the workgroup count, else the workgroup cap itself.
     wg_bound = ("lds" if by_lds < cap else "workgroup", resident)
-    return _pick(spec, [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)),
-                        ("sgpr", waves_by_sgprs(spec, sgpr_count)), wg_bound])
+    return _pick(
+        spec,
+        [("vgpr", waves_by_vgprs(spec, wave_size, vgpr_count)), ("sgpr", waves_by_sgprs(spec, sgpr_count)), wg_bound],
+    )
 
 
 def vgpr_headroom(arch: str, wave_size: int, vgpr_count: int, sgpr_count: int) -> int | None:

@@ -68,20 +68,40 @@ _COMMON: dict[str, int] = {
 # 8.6 (GA10x), 8.9 (AD10x), 9.0 (H100/H200).
 SM_LIMITS: dict[int, SmLimits] = {
     80: SmLimits(
-        arch=80, max_warps_per_sm=64, max_blocks_per_sm=32, shared_per_sm=164 * KIB,
-        shared_per_block_optin=163 * KIB, carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164), **_COMMON,
+        arch=80,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        shared_per_sm=164 * KIB,
+        shared_per_block_optin=163 * KIB,
+        carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164),
+        **_COMMON,
     ),
     86: SmLimits(
-        arch=86, max_warps_per_sm=48, max_blocks_per_sm=16, shared_per_sm=100 * KIB,
-        shared_per_block_optin=99 * KIB, carveouts_kib=(0, 8, 16, 32, 64, 100), **_COMMON,
+        arch=86,
+        max_warps_per_sm=48,
+        max_blocks_per_sm=16,
+        shared_per_sm=100 * KIB,
+        shared_per_block_optin=99 * KIB,
+        carveouts_kib=(0, 8, 16, 32, 64, 100),
+        **_COMMON,
     ),
     89: SmLimits(
-        arch=89, max_warps_per_sm=48, max_blocks_per_sm=24, shared_per_sm=100 * KIB,
-        shared_per_block_optin=99 * KIB, carveouts_kib=(0, 8, 16, 32, 64, 100), **_COMMON,
+        arch=89,
+        max_warps_per_sm=48,
+        max_blocks_per_sm=24,
+        shared_per_sm=100 * KIB,
+        shared_per_block_optin=99 * KIB,
+        carveouts_kib=(0, 8, 16, 32, 64, 100),
+        **_COMMON,
     ),
     90: SmLimits(
-        arch=90, max_warps_per_sm=64, max_blocks_per_sm=32, shared_per_sm=228 * KIB,
-        shared_per_block_optin=227 * KIB, carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164, 196, 228), **_COMMON,
+        arch=90,
+        max_warps_per_sm=64,
+        max_blocks_per_sm=32,
+        shared_per_sm=228 * KIB,
+        shared_per_block_optin=227 * KIB,
+        carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+        **_COMMON,
     ),
 }
 

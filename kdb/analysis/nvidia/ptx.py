@@ -127,7 +127,7 @@ def _strip_line_comment(line: str) -> str:
     return line if pos < 0 else line[:pos]
 
 
-def parse_ptx(text: str | bytes) -> PtxListing:
+def parse_ptx(text: str | bytes) -> PtxListing:  # noqa: C901 (one statement-by-statement state machine)
     """Parse a PTX module. Raises ParseError when it is not PTX or is cut short."""
     if isinstance(text, bytes):
         try:
@@ -218,7 +218,7 @@ def _statement(acc: _Acc, stmt: str, loc: tuple[int, int], lineno: int) -> tuple
         m = LABEL_RE.match(stmt)
         if not m:
             break
-        stmt = stmt[m.end():]
+        stmt = stmt[m.end() :]
     if not stmt or stmt.startswith("}"):
         return loc
     if stmt.startswith("."):
@@ -231,7 +231,7 @@ def _statement(acc: _Acc, stmt: str, loc: tuple[int, int], lineno: int) -> tuple
         return loc
     pm = PRED_RE.match(stmt)
     if pm:
-        stmt = stmt[pm.end():]
+        stmt = stmt[pm.end() :]
     om = OPCODE_RE.match(stmt)
     if om is None:
         raise ParseError(f"unreadable PTX statement at line {lineno}")

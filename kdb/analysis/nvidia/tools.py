@@ -122,7 +122,11 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
         path.write_bytes(cubin)
         try:
             proc = subprocess.run(
-                [str(tool), "-c", "-ndf", str(path)], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False
+                [str(tool), "-c", "-ndf", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=TOOL_TIMEOUT_S,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             raise ParseError(f"nvdisasm took longer than {TOOL_TIMEOUT_S} s") from exc

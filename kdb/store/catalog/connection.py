@@ -77,8 +77,10 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
         return
     selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
     cols = ", ".join(table.columns)
-    con.execute(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
-                [table.data[c] for c in table.columns])
+    con.execute(
+        f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
+        [table.data[c] for c in table.columns],
+    )
 
 
 class CatalogConnection:
@@ -105,7 +107,9 @@ class CatalogConnection:
                 if not _is_lock_conflict(exc):
                     raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
                 if time.monotonic() >= deadline:
-                    raise CatalogBusy(f"catalog busy: {path} is held by another process (waited {wait_s:g} s)") from None
+                    raise CatalogBusy(
+                        f"catalog busy: {path} is held by another process (waited {wait_s:g} s)"
+                    ) from None
                 time.sleep(BUSY_POLL_S)
             except duckdb.Error as exc:
                 raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
@@ -170,7 +174,9 @@ class CatalogConnection:
             done = set()
         missing = [name for version, name, _ in schema_files() if version not in done]
         if missing:
-            raise UsageError(f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it")
+            raise UsageError(
+                f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it"
+            )
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -185,7 +191,8 @@ class CatalogConnection:
     def _column_types(self, table: str) -> dict[str, str]:
         rows = self.con.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_name = ? AND table_catalog = current_database() ORDER BY ordinal_position", [table]
+            "WHERE table_name = ? AND table_catalog = current_database() ORDER BY ordinal_position",
+            [table],
         ).fetchall()
         return dict(rows)
 
@@ -210,10 +217,16 @@ class CatalogConnection:
             raise TagError(f"no snapshot tagged {tag!r} (see `kdb tags`)")
         return sid
 
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The one row a query always returns (an aggregate, a pragma)."""
+        row = self.con.execute(sql, list(params)).fetchone()
+        assert row is not None, sql
+        return row
+
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.con.execute(sql, list(params))
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return [dict(zip(names, row, strict=False)) for row in cur.fetchall()]
 
     def _tables_with(self, column: str, *besides: str) -> list[str]:
         """Base tables holding `column` (other than `besides`): how rm and gc find every row to drop."""

@@ -49,7 +49,8 @@ class DiffQueries(CatalogConnection):
         rows = self.con.execute(
             "SELECT cache_key, mnemonic, grp, count FROM instr_mix WHERE tag = ? "
             "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, mnemonic, grp",
-            [tag, list(cache_keys)]).fetchall()
+            [tag, list(cache_keys)],
+        ).fetchall()
         out: dict[str, list[tuple[str, str, int]]] = {}
         for key, mnemonic, grp, count in rows:
             out.setdefault(key, []).append((mnemonic, grp, count))
@@ -63,14 +64,15 @@ class DiffQueries(CatalogConnection):
         rows = self.con.execute(
             "SELECT cache_key, string_agg(mnemonic || ' ' || count, ' ') FROM instr_mix "
             "WHERE tag = ? AND cache_key IN (SELECT unnest(?::VARCHAR[])) GROUP BY cache_key",
-            [tag, list(cache_keys)]).fetchall()
+            [tag, list(cache_keys)],
+        ).fetchall()
         out: dict[str, dict[str, int]] = {}
         for key, joined in rows:
             parts = joined.split(" ")
-            counts = dict(zip(parts[::2], map(int, parts[1::2])))
+            counts = dict(zip(parts[::2], map(int, parts[1::2]), strict=False))
             if 2 * len(counts) != len(parts):  # a mnemonic in two groups (MUBUF scratch and global): sum
                 counts = {}
-                for mnemonic, count in zip(parts[::2], map(int, parts[1::2])):
+                for mnemonic, count in zip(parts[::2], map(int, parts[1::2]), strict=False):
                     counts[mnemonic] = counts.get(mnemonic, 0) + count
             out[key] = counts
         return out

@@ -13,18 +13,22 @@ class CatalogQueries(CatalogConnection):
         """Folder digests the catalog already holds, per cache key (a re-ingest skips those folders)."""
         rows = self.con.execute(
             "SELECT cache_key, list(folder_digest) FROM folders WHERE cache_key IN (SELECT unnest(?::VARCHAR[])) "
-            "GROUP BY cache_key", [list(cache_keys)]).fetchall()
+            "GROUP BY cache_key",
+            [list(cache_keys)],
+        ).fetchall()
         return {key: frozenset(digests) for key, digests in rows}
 
     def kernel_folders_of(self, tag: str) -> list[tuple[str, str]]:
         """(cache_key, folder_digest) of every kernel folder of a snapshot."""
         sid = self.require_snapshot(tag)
         return self.con.execute(
-            "SELECT cache_key, folder_digest FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]).fetchall()
+            "SELECT cache_key, folder_digest FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]
+        ).fetchall()
 
     def folder_files(self, digest: str) -> list[dict[str, Any]]:
-        return self._dicts("SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name",
-                           [digest])
+        return self._dicts(
+            "SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name", [digest]
+        )
 
     def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
         """Rows of the `kernels` view for kernels whose name or cache key matches (glob or exact)."""
@@ -39,13 +43,22 @@ class CatalogQueries(CatalogConnection):
         sid = self.require_snapshot(tag)
         analysis = self._dicts(
             "SELECT a.* EXCLUDE (folder_digest) FROM kernel_analysis a JOIN snapshot_folders sf USING (folder_digest) "
-            "WHERE sf.snapshot_id = ? AND sf.cache_key = ?", [sid, cache_key])
-        mix = self._dicts("SELECT grp, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key = ? "
-                          "ORDER BY grp, count DESC, mnemonic", [tag, cache_key])
-        lines = self._dicts("SELECT file, line, grp, count FROM source_lines WHERE tag = ? AND cache_key = ? "
-                            "AND source IN ('amdgcn', 'ptx') ORDER BY file, line, grp", [tag, cache_key])
-        problems = self._dicts("SELECT path, stage, reason FROM problems WHERE tag = ? AND cache_key = ? "
-                               "ORDER BY path", [tag, cache_key])
+            "WHERE sf.snapshot_id = ? AND sf.cache_key = ?",
+            [sid, cache_key],
+        )
+        mix = self._dicts(
+            "SELECT grp, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key = ? "
+            "ORDER BY grp, count DESC, mnemonic",
+            [tag, cache_key],
+        )
+        lines = self._dicts(
+            "SELECT file, line, grp, count FROM source_lines WHERE tag = ? AND cache_key = ? "
+            "AND source IN ('amdgcn', 'ptx') ORDER BY file, line, grp",
+            [tag, cache_key],
+        )
+        problems = self._dicts(
+            "SELECT path, stage, reason FROM problems WHERE tag = ? AND cache_key = ? ORDER BY path", [tag, cache_key]
+        )
         return {"analysis": analysis[0] if analysis else {}, "mix": mix, "lines": lines, "problems": problems}
 
     SNAPSHOT_COLUMNS = """
@@ -62,7 +75,9 @@ class CatalogQueries(CatalogConnection):
 
     def snapshot_files(self, tag: str) -> list[dict[str, Any]]:
         sid = self.require_snapshot(tag)
-        return self._dicts("SELECT path, hash, size, kind, cache_key FROM files WHERE snapshot_id = ? ORDER BY path", [sid])
+        return self._dicts(
+            "SELECT path, hash, size, kind, cache_key FROM files WHERE snapshot_id = ? ORDER BY path", [sid]
+        )
 
     def snapshot_file(self, tag: str, path: str) -> dict[str, Any] | None:
         sid = self.require_snapshot(tag)
@@ -78,7 +93,9 @@ class CatalogQueries(CatalogConnection):
 
     def snapshot_problems(self, tag: str) -> list[dict[str, Any]]:
         self.require_snapshot(tag)
-        return self._dicts("SELECT path, cache_key, stage, reason FROM problems WHERE tag = ? ORDER BY path, stage", [tag])
+        return self._dicts(
+            "SELECT path, cache_key, stage, reason FROM problems WHERE tag = ? ORDER BY path, stage", [tag]
+        )
 
     def referenced_blobs(self) -> list[dict[str, Any]]:
         """Every blob the catalog refers to, with the size files say it has and how many files use it."""
@@ -95,9 +112,9 @@ class CatalogQueries(CatalogConnection):
         """Rows that name a snapshot that does not exist: a sign of a catalog damaged outside kdb."""
         out = []
         for table in self._snapshot_tables():
-            n = self.con.execute(
-                f"SELECT count(*) FROM {table} WHERE snapshot_id NOT IN (SELECT snapshot_id FROM snapshots)"
-            ).fetchone()[0]
+            n = self._one(f"SELECT count(*) FROM {table} WHERE snapshot_id NOT IN (SELECT snapshot_id FROM snapshots)")[
+                0
+            ]
             if n:
                 out.append(f"{table}: {n} rows name no snapshot")
         return out

@@ -35,7 +35,7 @@ class SnapshotWriter(CatalogConnection):
                 if not replace:
                     raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
                 self._delete_snapshot_rows(old)
-            sid = self.con.execute("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots").fetchone()[0]
+            sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
             folder_set = self._record_folder_set()
             labels = snapshot.get("labels") or {}
             self.con.execute(
@@ -46,24 +46,37 @@ class SnapshotWriter(CatalogConnection):
                 VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
                 """,
                 [
-                    sid, snapshot["tag"], snapshot["created_at"], snapshot["source_path"], snapshot["host"],
-                    snapshot["kdb_version"], snapshot["file_count"], snapshot["raw_bytes"], snapshot["new_bytes"],
-                    list(labels.keys()), list(labels.values()), folder_set,
+                    sid,
+                    snapshot["tag"],
+                    snapshot["created_at"],
+                    snapshot["source_path"],
+                    snapshot["host"],
+                    snapshot["kdb_version"],
+                    snapshot["file_count"],
+                    snapshot["raw_bytes"],
+                    snapshot["new_bytes"],
+                    list(labels.keys()),
+                    list(labels.values()),
+                    folder_set,
                 ],
             )
             staged = self.con.execute(
                 "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
-                "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name").fetchall()
+                "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+            ).fetchall()
             for name, columns in staged:
                 cols = ", ".join(columns)
                 if name == "folder_sets":
                     continue  # recorded above, once per distinct set
                 if "snapshot_id" in self._column_types(name):
-                    self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
+                    self.con.execute(
+                        f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid]
+                    )
                 elif name == "blobs":
                     self.con.execute(
                         "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
-                        "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash")
+                        "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
+                    )
                 else:
                     self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
             self._update_snapshot_totals(sid)
@@ -72,18 +85,26 @@ class SnapshotWriter(CatalogConnection):
     def _record_folder_set(self) -> str | None:
         """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
         no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
-        digest = self.con.execute(
+        digest = self._one(
             "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
-            "FROM staged.folder_sets").fetchone()[0]
-        if digest is not None and not self.con.execute(
-                "SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone():
-            self.con.execute("INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
-                             "SELECT ?, cache_key, folder_digest FROM staged.folder_sets", [digest])
+            "FROM staged.folder_sets"
+        )[0]
+        if (
+            digest is not None
+            and not self.con.execute("SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
+        ):
+            self.con.execute(
+                "INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
+                "SELECT ?, cache_key, folder_digest FROM staged.folder_sets",
+                [digest],
+            )
         return digest
 
     def _drop_unused_folder_sets(self) -> None:
-        self.con.execute("DELETE FROM folder_sets WHERE set_digest NOT IN "
-                         "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)")
+        self.con.execute(
+            "DELETE FROM folder_sets WHERE set_digest NOT IN "
+            "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)"
+        )
 
     def _update_snapshot_totals(self, sid: int) -> None:
         self.con.execute(
@@ -120,8 +141,9 @@ class SnapshotWriter(CatalogConnection):
         try:
             with self.transaction():
                 for name in tables:
-                    self.con.execute(f"DELETE FROM {name} WHERE folder_digest IN (SELECT unnest(?::VARCHAR[]))",
-                                     [list(digests)])
+                    self.con.execute(
+                        f"DELETE FROM {name} WHERE folder_digest IN (SELECT unnest(?::VARCHAR[]))", [list(digests)]
+                    )
                     cols = ", ".join(c for c in self._column_types(name) if c in self._staged_columns(name))
                     self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
                 for (sid,) in self.con.execute("SELECT snapshot_id FROM snapshots").fetchall():
@@ -132,7 +154,9 @@ class SnapshotWriter(CatalogConnection):
     def _staged_columns(self, table: str) -> list[str]:
         rows = self.con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'staged' AND table_name = ? "
-            "ORDER BY ordinal_position", [table]).fetchall()
+            "ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
         return [r[0] for r in rows]
 
     def drop_unreferenced(self) -> int:
@@ -140,19 +164,22 @@ class SnapshotWriter(CatalogConnection):
         with self.transaction():
             self._drop_unused_folder_sets()
             for table in self._folder_tables():
-                self.con.execute(f"DELETE FROM {table} WHERE folder_digest NOT IN "
-                                 "(SELECT DISTINCT folder_digest FROM snapshot_folders)")
+                self.con.execute(
+                    f"DELETE FROM {table} WHERE folder_digest NOT IN "
+                    "(SELECT DISTINCT folder_digest FROM snapshot_folders)"
+                )
             unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
-            n = self.con.execute(f"SELECT count(*) FROM blobs WHERE {unused}").fetchone()[0]
+            n = self._one(f"SELECT count(*) FROM blobs WHERE {unused}")[0]
             self.con.execute(f"DELETE FROM blobs WHERE {unused}")
         return n
 
     def space(self) -> tuple[int, int]:
         """(free bytes, total bytes) of the catalog file: DuckDB keeps the blocks a large commit or a
         delete left free and reuses them for later writes, but never gives them back to the file system."""
-        block, total, free = self.con.execute(
+        block, total, free = self._one(
             "SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
-            "WHERE database_name = current_database()").fetchone()
+            "WHERE database_name = current_database()"
+        )
         return free * block, total * block
 
     def copy_into(self, dest: Path) -> None:
@@ -161,16 +188,26 @@ class SnapshotWriter(CatalogConnection):
         dest.parent.mkdir(parents=True, exist_ok=True)
         for leftover in (dest, Path(str(dest) + ".wal")):
             leftover.unlink(missing_ok=True)
-        source = self.con.execute("SELECT current_database()").fetchone()[0]
-        tables = [r[0] for r in self.con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY 1").fetchall()]
-        self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")  # as for an ingest's commit: else DuckDB caches the copy
-        self.con.execute("ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE])
+        source = self._one("SELECT current_database()")[0]
+        tables = [
+            r[0]
+            for r in self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY 1"
+            ).fetchall()
+        ]
+        self.con.execute(
+            f"SET memory_limit = '{WRITE_MEMORY}'"
+        )  # as for an ingest's commit: else DuckDB caches the copy
+        self.con.execute(
+            "ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE]
+        )
         try:
             self.con.execute(f'COPY FROM DATABASE "{source}" TO compacted')
             for table in tables:
-                a, b = self.con.execute(f'SELECT (SELECT count(*) FROM "{source}".main."{table}"), '
-                                        f'(SELECT count(*) FROM compacted.main."{table}")').fetchone()
+                a, b = self._one(
+                    f'SELECT (SELECT count(*) FROM "{source}".main."{table}"), '
+                    f'(SELECT count(*) FROM compacted.main."{table}")'
+                )
                 if a != b:
                     raise KdbError(f"catalog copy is incomplete: table {table} has {b} of {a} rows")
             self.con.execute("CHECKPOINT compacted")
