@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -353,3 +354,20 @@ def test_normalised_text_cache_hits_on_a_repeated_deep_view(corpus_home, capsys)
     after_second = normalised_blob.cache_info()
     assert after_second.misses == after_first.misses
     assert after_second.hits - after_first.hits >= after_first.misses
+
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_report_matches_its_golden_file(corpus_home, capsys, fmt):
+    """Table, markdown and csv reports of one corpus pair, byte for byte. After an intended change of a
+    report, regenerate the files with `KDB_UPDATE_GOLDEN=1 python -m pytest tests/test_diff.py -k golden`
+    and review their diff (tests/golden/README.md)."""
+    a, b = "t3.3.1-gfx942", "t3.4.0-gfx942"
+    r = kdb(capsys, corpus_home, "diff", a, b, "--format", fmt)
+    assert r.code == 0, r.err
+    golden = GOLDEN / f"diff-{a}-{b}.{fmt}"
+    if os.environ.get("KDB_UPDATE_GOLDEN"):
+        golden.write_text(r.out)
+    assert r.out == golden.read_text()
