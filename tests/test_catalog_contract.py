@@ -122,7 +122,7 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
 
 def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot, tmp_path, capsys):
     """Rows written before 004 get their instr_mix_digest and instr_groups from the migration's SQL;
-    those must equal what kdb/analysis.py computes at ingest, or a diff across the two would see changes."""
+    those must equal what kdb/analysis/folder.py computes at ingest, or a diff across the two would see changes."""
     home = tmp_path / "home"
     names = [n for n in ("t3.4.0-gfx942", "t3.4.0-sm90") if n in load_manifest()["snapshots"]]
     for name in names:

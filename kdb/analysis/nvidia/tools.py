@@ -5,7 +5,7 @@ kernels usually has them even without a CUDA toolkit. Search order: ``$KDB_CUDA_
 interpreter's installed ``triton`` package (located without importing it, which would be slow and
 would initialise its backends), then ``PATH``.
 
-This module runs subprocesses; the parsers in ``kdb.parsers`` never do.
+This module runs subprocesses; the parsers (``kdb.analysis.nvidia.cubin``, ``ptx``) never do.
 """
 
 from __future__ import annotations
