@@ -26,6 +26,7 @@ be replayed. "Traceback" in the stderr of any run that was not killed counts as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -56,7 +57,9 @@ def load_manifest() -> dict:
 
 
 def smallest_amd_snapshot(manifest: dict) -> str:
-    amd = [(entry["archive_bytes"], name) for name, entry in manifest["snapshots"].items() if entry.get("backend") == "hip"]
+    amd = [
+        (entry["archive_bytes"], name) for name, entry in manifest["snapshots"].items() if entry.get("backend") == "hip"
+    ]
     if not amd:
         raise SystemExit("corpus/manifest.json lists no AMD snapshot")
     return min(amd)[1]
@@ -70,8 +73,11 @@ def unpack(name: str, dest: Path, manifest: dict) -> Path:
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def check_store(objects: Path) -> list[str]:
@@ -109,7 +115,9 @@ def snapshot_state(home: Path, tag: str) -> dict | None:
     con = duckdb.connect(str(path), read_only=True)
     try:
         try:
-            row = con.execute("SELECT snapshot_id, kernel_count, file_count FROM snapshots WHERE tag = ?", [tag]).fetchone()
+            row = con.execute(
+                "SELECT snapshot_id, kernel_count, file_count FROM snapshots WHERE tag = ?", [tag]
+            ).fetchone()
         except duckdb.CatalogException:
             return None  # killed before the schema was created
         if row is None:
@@ -136,9 +144,11 @@ class Report:
 
     def summary(self) -> str:
         runs = ", ".join(f"{k}: {self.trials[k]} ({self.killed[k]} killed mid-run)" for k in KINDS)
-        lines = [f"trials run: {sum(self.trials.values())} ({runs})",
-                 f"inconsistent states seen: {len(self.inconsistencies)}",
-                 f"tracebacks seen: {len(self.tracebacks)}"]
+        lines = [
+            f"trials run: {sum(self.trials.values())} ({runs})",
+            f"inconsistent states seen: {len(self.inconsistencies)}",
+            f"tracebacks seen: {len(self.tracebacks)}",
+        ]
         lines += [f"  INCONSISTENT {x}" for x in self.inconsistencies]
         lines += [f"  TRACEBACK {x}" for x in self.tracebacks]
         return "\n".join(lines)
@@ -163,7 +173,10 @@ class Harness:
         """Run kdb to completion in this process (the checks; fast); a bug's message is recorded as a traceback."""
         from kdb.cli import run as kdb_run
 
-        out, err = io.TextIOWrapper(io.BytesIO(), write_through=True), io.TextIOWrapper(io.BytesIO(), write_through=True)
+        out, err = (
+            io.TextIOWrapper(io.BytesIO(), write_through=True),
+            io.TextIOWrapper(io.BytesIO(), write_through=True),
+        )
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
         try:
@@ -178,8 +191,15 @@ class Harness:
     def kdb_process(self, context: str, home: Path, *args: str) -> subprocess.CompletedProcess:
         """Run kdb to completion as its own process; a traceback or a hang is recorded against `context`."""
         try:
-            proc = subprocess.run(self._argv(home, args), check=False, capture_output=True, text=True, env=self.env,
-                                  timeout=COMMAND_TIMEOUT_S, cwd=self.work)
+            proc = subprocess.run(
+                self._argv(home, args),
+                check=False,
+                capture_output=True,
+                text=True,
+                env=self.env,
+                timeout=COMMAND_TIMEOUT_S,
+                cwd=self.work,
+            )
         except subprocess.TimeoutExpired:
             self.report.inconsistencies.append(f"{context}: `kdb {' '.join(args)}` hung for {COMMAND_TIMEOUT_S} s")
             return subprocess.CompletedProcess(args, -1, "", "")
@@ -189,8 +209,15 @@ class Harness:
 
     def kill_during(self, context: str, home: Path, delay: float, *args: str) -> bool:
         """Start kdb, SIGKILL it after `delay` seconds; True when it was killed before finishing."""
-        proc = subprocess.Popen(self._argv(home, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.env, cwd=self.work, start_new_session=True)
+        proc = subprocess.Popen(
+            self._argv(home, args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.work,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=delay)
             killed = False
@@ -202,8 +229,9 @@ class Harness:
             if "Traceback" in err:
                 self.report.tracebacks.append(f"{context}: `kdb {' '.join(args)}`: {err.strip()[-400:]}")
             if proc.returncode != 0:
-                self.report.inconsistencies.append(f"{context}: uninterrupted `kdb {' '.join(args)}` exited "
-                                                   f"{proc.returncode}: {err.strip()[-300:]}")
+                self.report.inconsistencies.append(
+                    f"{context}: uninterrupted `kdb {' '.join(args)}` exited {proc.returncode}: {err.strip()[-300:]}"
+                )
         self._reap_group(context, proc.pid)
         return killed
 
@@ -219,10 +247,8 @@ class Harness:
                 break
             time.sleep(0.05)
         self.report.inconsistencies.append(f"{context}: processes of the killed run outlived it (orphaned workers)")
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     # -- fixtures --------------------------------------------------------------------------------
     def new_home(self) -> Path:
@@ -279,9 +305,11 @@ class Harness:
             shutil.rmtree(home, ignore_errors=True)
         if self.report.inconsistencies:
             raise RuntimeError("setup failed:\n" + self.report.summary())
-        self.log(f"snapshot {self.snapshot}: {self.expected_full[0]} kernels, {self.expected_full[1]} files; "
-                 f"half: {self.expected_half[0]} kernels; uninterrupted ingest {self.ingest_s:.2f} s, "
-                 f"rm {self.rm_s:.2f} s, gc {self.gc_s:.2f} s, interpreter start {self.startup_s:.2f} s")
+        self.log(
+            f"snapshot {self.snapshot}: {self.expected_full[0]} kernels, {self.expected_full[1]} files; "
+            f"half: {self.expected_half[0]} kernels; uninterrupted ingest {self.ingest_s:.2f} s, "
+            f"rm {self.rm_s:.2f} s, gc {self.gc_s:.2f} s, interpreter start {self.startup_s:.2f} s"
+        )
 
     def copy_base(self) -> Path:
         home = self.new_home()
@@ -294,7 +322,10 @@ class Harness:
 
     def expect_ok(self, context: str, proc: subprocess.CompletedProcess, allowed: tuple[int, ...] = (0,)) -> bool:
         if proc.returncode not in allowed:
-            self.bad(context, f"`{' '.join(map(str, proc.args[-6:]))}` exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+            self.bad(
+                context,
+                f"`{' '.join(map(str, proc.args[-6:]))}` exited {proc.returncode}: {proc.stderr.strip()[-300:]}",
+            )
             return False
         return True
 
@@ -306,8 +337,11 @@ class Harness:
             return
         report = json.loads(proc.stdout)
         if no_orphans and (report["unreferenced_blobs"] or report["temporaries"]):
-            self.bad(context, f"after a completed gc: {report['unreferenced_blobs']} unreferenced blobs, "
-                              f"{report['temporaries']} temporaries remain")
+            self.bad(
+                context,
+                f"after a completed gc: {report['unreferenced_blobs']} unreferenced blobs, "
+                f"{report['temporaries']} temporaries remain",
+            )
 
     def expect_store_intact(self, context: str, home: Path) -> None:
         for problem in check_store(home / "objects"):
@@ -329,7 +363,12 @@ class Harness:
 
     def expect_whole(self, context: str, tag: str, state: dict, expected: tuple[int, int]) -> None:
         kernels, files = expected
-        if (state["kernel_count"], state["kernels"], state["file_count"], state["files"]) != (kernels, kernels, files, files):
+        if (state["kernel_count"], state["kernels"], state["file_count"], state["files"]) != (
+            kernels,
+            kernels,
+            files,
+            files,
+        ):
             self.bad(context, f"snapshot {tag!r} is partial: {state} (expected {kernels} kernels, {files} files)")
 
     def expect_export_identical(self, context: str, home: Path, tag: str, hashes: dict[str, str]) -> None:
@@ -358,8 +397,10 @@ class Harness:
         self.report.trials[kind] += 1
         self.report.killed[kind] += killed
         found = len(self.report.inconsistencies) + len(self.report.tracebacks) - before
-        self.log(f"{kind:6} seed={seed:<10} kill after {delay:5.2f} s: "
-                 f"{'killed' if killed else 'finished first'}; {'OK' if not found else f'{found} FINDINGS'}")
+        self.log(
+            f"{kind:6} seed={seed:<10} kill after {delay:5.2f} s: "
+            f"{'killed' if killed else 'finished first'}; {'OK' if not found else f'{found} FINDINGS'}"
+        )
 
     def _ingest_trial(self, context: str, rng: random.Random) -> tuple[bool, float]:
         home = self.new_home()
@@ -392,7 +433,9 @@ class Harness:
             if not killed:
                 self.bad(context, "an rm that finished left its snapshot")
         self.expect_complete(context, home, "half", self.expected_half)
-        self.expect_ok(context, self.kdb(context, home, "--wait", "20", "rm", "full"), allowed=(0, 4) if state is None else (0,))
+        self.expect_ok(
+            context, self.kdb(context, home, "--wait", "20", "rm", "full"), allowed=(0, 4) if state is None else (0,)
+        )
         self.expect_ok(context, self.kdb(context, home, "--wait", "20", "gc"))
         self.expect_verify_clean(context, home, no_orphans=True)
         self.expect_export_identical(context, home, "half", self.half_hashes)
@@ -417,9 +460,16 @@ class Harness:
         return killed, delay
 
 
-def run(trials: dict[str, int], seed: int, *, workdir: Path | None = None, snapshot: str | None = None,
-        replay: list[tuple[str, int]] | None = None, min_killed: dict[str, int] | None = None,
-        log: Callable[[str], None] = print) -> Report:
+def run(
+    trials: dict[str, int],
+    seed: int,
+    *,
+    workdir: Path | None = None,
+    snapshot: str | None = None,
+    replay: list[tuple[str, int]] | None = None,
+    min_killed: dict[str, int] | None = None,
+    log: Callable[[str], None] = print,
+) -> Report:
     """Run the trials (kind -> count) with seeds drawn from `seed`, or exactly the `replay` (kind, seed) list.
 
     `min_killed` (kind -> count): where fewer trials of a kind than that were killed before finishing
@@ -461,16 +511,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", action="append", default=None, metavar="KIND:SEED", help="run exactly this trial")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    trials = {"ingest": args.trials,
-              "rm": args.trials if args.rm_trials is None else args.rm_trials,
-              "gc": args.trials if args.gc_trials is None else args.gc_trials}
+    trials = {
+        "ingest": args.trials,
+        "rm": args.trials if args.rm_trials is None else args.rm_trials,
+        "gc": args.trials if args.gc_trials is None else args.gc_trials,
+    }
     replay = None
     if args.replay:
         replay = [(k, int(s)) for k, _, s in (r.partition(":") for r in args.replay)]
         if any(k not in KINDS for k, _ in replay):
             parser.error(f"--replay KIND must be one of {', '.join(KINDS)}")
     started = time.monotonic()
-    report = run(trials, seed, workdir=args.workdir, snapshot=args.snapshot, replay=replay, log=lambda s: print(s, flush=True))
+    report = run(
+        trials, seed, workdir=args.workdir, snapshot=args.snapshot, replay=replay, log=lambda s: print(s, flush=True)
+    )
     print(report.summary())
     print(f"({time.monotonic() - started:.0f} s)")
     return 0 if report.ok else 1

@@ -16,14 +16,19 @@ started = time.perf_counter()
 
 from pathlib import Path
 
-from kdb import diff as engine
-from kdb.home import Home
+from kdb.diff import engine
+from kdb.diff.sides import load_side
+from kdb.store.catalog import Catalog
+from kdb.store.home import Home
 
 
 def main() -> int:
     home, tag_a, tag_b = sys.argv[1:4]
     engine._same_mix = lambda a, b: False  # the worst case: no pair is known equal by digest
-    result, _ = engine.diff(Home(Path(home)), tag_a, tag_b)
+    h = Home(Path(home))
+    with Catalog.open(h.catalog_path, read_only=True) as catalog:
+        sides = [load_side(catalog, h.store, tag, tag) for tag in (tag_a, tag_b)]
+        result, _ = engine.diff_sides(*sides)
     compared = sum(1 for k in result.kernels if k.a and k.b)
     print(f"{result.summary}; mnemonic counts compared for {compared} pairs; {time.perf_counter() - started:.2f} s")
     return 0

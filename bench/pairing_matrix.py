@@ -16,6 +16,7 @@ with --across-targets, of one backend across targets) this ingests both, runs
 
 tests/test_pairing.py asserts the totals (>= 99.5% found, 0 wrong) from the same functions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,9 +75,16 @@ def suite_snapshots() -> list[Snapshot]:
         for rec in records:
             if rec.get("cache_key"):
                 folders.setdefault(rec["cache_key"], set()).add(rec["config"])
-        out.append(Snapshot(tag, CORPUS / entry["archive"], entry["triton_version"],
-                            f"{entry['backend']}:{entry['target']}", "suite",
-                            {k: frozenset(v) for k, v in folders.items()}))
+        out.append(
+            Snapshot(
+                tag,
+                CORPUS / entry["archive"],
+                entry["triton_version"],
+                f"{entry['backend']}:{entry['target']}",
+                "suite",
+                {k: frozenset(v) for k, v in folders.items()},
+            )
+        )
     return out
 
 
@@ -94,8 +102,16 @@ def inductor_snapshots() -> list[Snapshot]:
         for rec in records:
             if rec.get("status") == "ok" and rec.get("cache_key"):
                 folders.setdefault(rec["cache_key"], set()).add(rec["config_id"])
-        out.append(Snapshot(tag, base / entry["archive"], entry["release"], f"hip:{entry['target']}",
-                            f"inductor:{entry['scenario']}", {k: frozenset(v) for k, v in folders.items()}))
+        out.append(
+            Snapshot(
+                tag,
+                base / entry["archive"],
+                entry["release"],
+                f"hip:{entry['target']}",
+                f"inductor:{entry['scenario']}",
+                {k: frozenset(v) for k, v in folders.items()},
+            )
+        )
     return out
 
 
@@ -114,8 +130,9 @@ def pairs_to_check(snapshots: list[Snapshot], across_targets: bool = False) -> l
 
 
 def kdb(home: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def ingest_all(home: Path, snapshots: list[Snapshot], workdir: Path) -> None:
@@ -135,21 +152,26 @@ def score(a: Snapshot, b: Snapshot, diff_doc: dict) -> PairScore:
         if partners:
             truth[folder_a] = partners
     s.true_pairs = len(truth)
-    paired = {k["a_cache_key"]: k["b_cache_key"] for k in diff_doc["kernels"]
-              if k.get("a_cache_key") and k.get("b_cache_key")}
+    paired = {
+        k["a_cache_key"]: k["b_cache_key"] for k in diff_doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")
+    }
     for folder_a, folder_b in paired.items():
         if folder_a in truth and folder_b in truth[folder_a]:
             s.found += 1
         elif folder_a in a.folders or folder_b in b.folders:
             # a pair between folders the records know, that no config supports
-            s.wrong.append(f"{sorted(a.folders.get(folder_a, {'?'}))[0]} -> {sorted(b.folders.get(folder_b, {'?'}))[0]}")
+            s.wrong.append(
+                f"{sorted(a.folders.get(folder_a, {'?'}))[0]} -> {sorted(b.folders.get(folder_b, {'?'}))[0]}"
+            )
     s.missed = sorted(sorted(a.folders[f])[0] for f in truth if paired.get(f) not in truth[f])
     return s
 
 
-def diff_documents(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
-                   jobs: int = 2) -> list[dict]:
+def diff_documents(
+    home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False, jobs: int = 2
+) -> list[dict]:
     """`kdb diff A B --format json` of every pair, in order."""
+
     def one(pair: tuple[Snapshot, Snapshot]) -> dict:
         a, b = pair
         args = ["diff", a.tag, b.tag, "--format", "json", "--min-match", "0"]
@@ -164,10 +186,11 @@ def diff_documents(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_ta
         return list(pool.map(one, pairs))
 
 
-def run_matrix(home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False,
-               jobs: int = 2) -> list[PairScore]:
+def run_matrix(
+    home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False, jobs: int = 2
+) -> list[PairScore]:
     docs = diff_documents(home, pairs, across_targets, jobs)
-    return [score(a, b, doc) for (a, b), doc in zip(pairs, docs)]
+    return [score(a, b, doc) for (a, b), doc in zip(pairs, docs, strict=True)]
 
 
 def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:
@@ -194,8 +217,10 @@ def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:
     total_true = sum(s.true_pairs for s in scores)
     total_found = sum(s.found for s in scores)
     total_wrong = sum(len(s.wrong) for s in scores)
-    lines.append(f"\ntotal: {total_found}/{total_true} true pairs found "
-                 f"({100 * total_found / max(total_true, 1):.2f}%), {total_wrong} wrong pairs, {len(scores)} snapshot pairs")
+    lines.append(
+        f"\ntotal: {total_found}/{total_true} true pairs found "
+        f"({100 * total_found / max(total_true, 1):.2f}%), {total_wrong} wrong pairs, {len(scores)} snapshot pairs"
+    )
     return "\n".join(lines)
 
 
@@ -213,12 +238,15 @@ def main(argv: list[str] | None = None) -> int:
             ingest_all(home, snapshots, Path(tmp))
         scores = run_matrix(home, pairs_to_check(snapshots), jobs=args.jobs)
         if args.across_targets:
-            scores += run_matrix(home, pairs_to_check(snapshots, across_targets=True), across_targets=True,
-                                 jobs=args.jobs)
+            scores += run_matrix(
+                home, pairs_to_check(snapshots, across_targets=True), across_targets=True, jobs=args.jobs
+            )
     print(format_matrix(scores, snapshots))
     for sc in scores:
         if sc.missed or sc.wrong:
-            print(f"{sc.a} -> {sc.b}: missed {sc.missed[:6]}{' ...' if len(sc.missed) > 6 else ''} wrong {sc.wrong[:6]}")
+            print(
+                f"{sc.a} -> {sc.b}: missed {sc.missed[:6]}{' ...' if len(sc.missed) > 6 else ''} wrong {sc.wrong[:6]}"
+            )
     if args.json:
         args.json.write_text(json.dumps([sc.__dict__ for sc in scores], indent=1))
     return 0

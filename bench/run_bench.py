@@ -99,8 +99,11 @@ def run(label: str, cmd: list[str] | str, env: dict[str, str] | None = None, she
     sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     r = Run(label, seconds, proc.returncode, peak[0], usage.ru_maxrss * 1024, out.decode(errors="replace"))
-    print(f"  {label:<34} {seconds:8.2f} s  rc={r.rc}  tree PSS {r.tree_pss / MB:7.1f} MB  "
-          f"max RSS {r.max_rss / MB:7.1f} MB", flush=True)
+    print(
+        f"  {label:<34} {seconds:8.2f} s  rc={r.rc}  tree PSS {r.tree_pss / MB:7.1f} MB  "
+        f"max RSS {r.max_rss / MB:7.1f} MB",
+        flush=True,
+    )
     return r
 
 
@@ -145,23 +148,46 @@ def main(argv: list[str] | None = None) -> int:
     kdb = [sys.executable, "-m", "kdb"]
     scale = [sys.executable, str(BENCH / "scale_cache.py")]
 
-    print(f"# kdb benchmark: {args.kernels} kernels from corpus snapshots {args.sources!r}, {os.cpu_count()} CPUs", flush=True)
-    run("generate cache A", scale + ["--kernels", str(args.kernels), "--out", str(a_dir), "--seed", str(args.seed),
-                                    "--sources", args.sources])
-    run("generate cache B (changed)", scale + ["--from", str(a_dir), "--out", str(b_dir), "--seed", str(args.seed),
-                                              "--change-fraction", str(args.change_fraction)])
+    print(
+        f"# kdb benchmark: {args.kernels} kernels from corpus snapshots {args.sources!r}, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    run(
+        "generate cache A",
+        scale
+        + ["--kernels", str(args.kernels), "--out", str(a_dir), "--seed", str(args.seed), "--sources", args.sources],
+    )
+    run(
+        "generate cache B (changed)",
+        scale
+        + [
+            "--from",
+            str(a_dir),
+            "--out",
+            str(b_dir),
+            "--seed",
+            str(args.seed),
+            "--change-fraction",
+            str(args.change_fraction),
+        ],
+    )
     raw, _ = tree_bytes(a_dir)
     nfiles = sum(len(f) for _, _, f in os.walk(a_dir))
     print(f"  cache A: {raw / MB:.1f} MB in {nfiles} files", flush=True)
 
     # Warm the page cache the same way for both sides: everything was just written, read it once.
     subprocess.run(f"tar -cf - -C {a_dir.parent} {a_dir.name} > /dev/null", shell=True, check=True)
-    base = run("tar -cf - A | zstd -3", f"tar -cf - -C {a_dir.parent} {a_dir.name} | zstd -3 -q -o {archive}", shell=True)
+    base = run(
+        "tar -cf - A | zstd -3", f"tar -cf - -C {a_dir.parent} {a_dir.name} | zstd -3 -q -o {archive}", shell=True
+    )
     arch_size = archive.stat().st_size
 
     first = run("kdb ingest A (first)", kdb + ["ingest", str(a_dir), "--tag", "a0", "-q"], env)
-    nosass = run("kdb ingest A --no-sass (first, other home)",
-                 kdb + ["--home", str(work / "home-nosass"), "ingest", str(a_dir), "--tag", "a0", "-q", "--no-sass"], env)
+    nosass = run(
+        "kdb ingest A --no-sass (first, other home)",
+        kdb + ["--home", str(work / "home-nosass"), "ingest", str(a_dir), "--tag", "a0", "-q", "--no-sass"],
+        env,
+    )
     s1, s1_alloc = store_bytes(home)
     re = run("kdb ingest A (re-ingest)", kdb + ["ingest", str(a_dir), "--tag", "a1", "-q"], env)
     s2, _ = store_bytes(home)
@@ -170,7 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     diff = run("kdb diff a0 b", kdb + ["diff", "a0", "b"], env)
     diff_summary = next((ln for ln in diff.stdout.splitlines() if ln.startswith("matched")), diff.stdout[-300:])
     print(f"    {diff_summary}")
-    full = run("kdb diff a0 b, every mix compared", [sys.executable, str(BENCH / "diff_full_compare.py"), str(home), "a0", "b"], env)
+    full = run(
+        "kdb diff a0 b, every mix compared",
+        [sys.executable, str(BENCH / "diff_full_compare.py"), str(home), "a0", "b"],
+        env,
+    )
     print(f"    {full.stdout.strip()}")
     # DuckDB leaves the blocks of the ingest's transaction free in the catalog; gc copies them away.
     gc = run("kdb gc (after the 5%-changed ingest)", kdb + ["gc"], env)
@@ -190,37 +220,70 @@ def main(argv: list[str] | None = None) -> int:
     peak_ingest = max(r.tree_pss for r in ingests)
     rows = [
         ("first ingest time", f"{first.seconds:.1f} s vs {base.seconds:.1f} s", first.seconds / base.seconds, "≤ 1.5×"),
-        ("first ingest --no-sass", f"{nosass.seconds:.1f} s vs {base.seconds:.1f} s", nosass.seconds / base.seconds, "≤ 1.5×"),
+        (
+            "first ingest --no-sass",
+            f"{nosass.seconds:.1f} s vs {base.seconds:.1f} s",
+            nosass.seconds / base.seconds,
+            "≤ 1.5×",
+        ),
         ("store size (objects+catalog)", f"{s1 / MB:.0f} MB vs {arch_size / MB:.0f} MB", s1 / arch_size, "≤ 1.0×"),
         ("re-ingest time", f"{re.seconds:.1f} s vs {first.seconds:.1f} s", re.seconds / first.seconds, "≤ 0.1×"),
         ("re-ingest store growth", f"+{(s2 - s1) / MB:.1f} MB", (s2 - s1) / s1, "< 1%"),
         ("5%-changed ingest time", f"{chg.seconds:.1f} s vs {first.seconds:.1f} s", chg.seconds / first.seconds, "—"),
         ("5%-changed store growth", f"+{(s3 - s2) / MB:.1f} MB", (s3 - s2) / s2, "—"),
-        ("5%-changed store growth after kdb gc", f"+{(s3_gc - s2) / MB:.1f} MB (gc {gc.seconds:.1f} s)",
-         (s3_gc - s2) / s2, "—"),
+        (
+            "5%-changed store growth after kdb gc",
+            f"+{(s3_gc - s2) / MB:.1f} MB (gc {gc.seconds:.1f} s)",
+            (s3_gc - s2) / s2,
+            "—",
+        ),
         ("diff a0 b", f"{diff.seconds:.2f} s (rc {diff.rc})", diff.seconds / 2.0, "< 2 s"),
         ("diff a0 b, every mix compared", f"{full.seconds:.2f} s (rc {full.rc})", full.seconds / 2.0, "(< 2 s)"),
-        (f"summary query, {count.stdout.split()[-1] if count.stdout.split() else '?'} snapshots",
-         f"{q.seconds:.2f} s (startup {startup.seconds:.2f} s)", q.seconds / 0.5, "< 0.5 s"),
-        ("ingest peak memory (tree PSS)", f"{peak_ingest / MB:.0f} MB (max 1-proc RSS "
-         f"{max(r.max_rss for r in ingests) / MB:.0f} MB)", peak_ingest / (512 * MB), "< 512 MB"),
+        (
+            f"summary query, {count.stdout.split()[-1] if count.stdout.split() else '?'} snapshots",
+            f"{q.seconds:.2f} s (startup {startup.seconds:.2f} s)",
+            q.seconds / 0.5,
+            "< 0.5 s",
+        ),
+        (
+            "ingest peak memory (tree PSS)",
+            f"{peak_ingest / MB:.0f} MB (max 1-proc RSS {max(r.max_rss for r in ingests) / MB:.0f} MB)",
+            peak_ingest / (512 * MB),
+            "< 512 MB",
+        ),
     ]
-    print(f"\n## Results: {args.kernels} kernels ({args.sources!r}), cache {raw / MB:.0f} MB / {nfiles} files, {os.cpu_count()} CPUs\n")
+    print(
+        f"\n## Results: {args.kernels} kernels ({args.sources!r}), cache {raw / MB:.0f} MB / {nfiles} files, {os.cpu_count()} CPUs\n"
+    )
     print("| measure | kdb vs baseline | ratio (diff/query/memory: × target) | target | met |")
     print("|---|---|---|---|---|")
     limits = [1.5, 1.5, 1.0, 0.1, 0.01, None, None, None, 1.0, 1.0, 1.0, 1.0]
-    for (name, fig, ratio, target), lim in zip(rows, limits):
+    for (name, fig, ratio, target), lim in zip(rows, limits, strict=False):
         ok = "—" if lim is None else ("yes" if ratio <= lim else "**no**")
         shown = f"{ratio * 100:.2f}%" if "growth" in name else f"{ratio:.2f}×"
         print(f"| {name} | {fig} | {shown} | {target} | {ok} |")
-    print(f"\nstore allocated on disk after first ingest: {s1_alloc / MB:.0f} MB (4 KiB blocks per blob); "
-          f"apparent size after {args.snapshots} snapshots: {s4 / MB:.0f} MB; other peaks: "
-          + ", ".join(f"{r.label} {r.tree_pss / MB:.0f} MB" for r in (base, diff, q)))
+    print(
+        f"\nstore allocated on disk after first ingest: {s1_alloc / MB:.0f} MB (4 KiB blocks per blob); "
+        f"apparent size after {args.snapshots} snapshots: {s4 / MB:.0f} MB; other peaks: "
+        + ", ".join(f"{r.label} {r.tree_pss / MB:.0f} MB" for r in (base, diff, q))
+    )
     if args.json:
-        args.json.write_text(json.dumps({"kernels": args.kernels, "raw_bytes": raw, "files": nfiles,
-                                         "archive_bytes": arch_size, "store": [s1, s2, s3, s3_gc, s4],
-                                         "runs": [r.__dict__ | {"stdout": r.stdout[-2000:]} for r in
-                                                  [base, *ingests, diff, full, gc, count, q, startup]]}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "kernels": args.kernels,
+                    "raw_bytes": raw,
+                    "files": nfiles,
+                    "archive_bytes": arch_size,
+                    "store": [s1, s2, s3, s3_gc, s4],
+                    "runs": [
+                        r.__dict__ | {"stdout": r.stdout[-2000:]}
+                        for r in [base, *ingests, diff, full, gc, count, q, startup]
+                    ],
+                },
+                indent=1,
+            )
+        )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -59,7 +59,7 @@ def kernel_folders(corpus_cache: Path, sources: str = "*") -> list[Path]:
     for snap in sorted(p for p in corpus_cache.iterdir() if p.is_dir() and fnmatch.fnmatchcase(p.name, sources)):
         for folder in sorted(p for p in snap.iterdir() if p.is_dir()):
             names = {p.name for p in folder.iterdir()}
-            if any(n.endswith(".ttir") and n[: -5] + ".json" in names for n in names):
+            if any(n.endswith(".ttir") and n[:-5] + ".json" in names for n in names):
                 out.append(folder)
     if not out:
         raise SystemExit(f"no kernel folders under {corpus_cache}")
@@ -89,8 +89,9 @@ def _tag_text(suffix: str, text: str, marker: str, uniq: int) -> str:
     return f"{text}{sep}{c} {marker} {uniq}\n"
 
 
-def copy_kernel(src: Path, dst_root: Path, key: str, uniq: int, marker: str = "kdb-bench",
-                json_hash: str | None = None) -> None:
+def copy_kernel(
+    src: Path, dst_root: Path, key: str, uniq: int, marker: str = "kdb-bench", json_hash: str | None = None
+) -> None:
     dst = dst_root / key
     dst.mkdir(parents=True)
     old_key = src.name
@@ -127,7 +128,9 @@ def build(n: int, out: Path, seed: int, corpus_cache: Path, source_glob: str = "
     for i in range(n):
         src = sources[i % len(sources)]
         key = new_key(rng, src.name)
-        copy_kernel(src, out, key, 1_000_000 + seed * 10_000_000 + i, json_hash=rng.getrandbits(256).to_bytes(32, "big").hex())
+        copy_kernel(
+            src, out, key, 1_000_000 + seed * 10_000_000 + i, json_hash=rng.getrandbits(256).to_bytes(32, "big").hex()
+        )
     return n
 
 
@@ -142,8 +145,14 @@ def derive(src_dir: Path, out: Path, fraction: float, seed: int) -> int:
     for i, folder in enumerate(folders):
         if i in changed:
             key = new_key(rng, folder.name)
-            copy_kernel(folder, out, key, i, marker="kdb-bench-changed",
-                        json_hash=rng.getrandbits(256).to_bytes(32, "big").hex())
+            copy_kernel(
+                folder,
+                out,
+                key,
+                i,
+                marker="kdb-bench-changed",
+                json_hash=rng.getrandbits(256).to_bytes(32, "big").hex(),
+            )
         else:
             shutil.copytree(folder, out / folder.name)
     for f in src_dir.iterdir():
@@ -159,10 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--from", dest="src", type=Path, help="derive OUT from this cache instead of the corpus")
     p.add_argument("--change-fraction", type=float, default=0.05)
-    p.add_argument("--sources", default="*",
-                   help="corpus snapshots to copy, a glob on their names: '*gfx*' for an AMD-only cache, '*sm*' NVIDIA")
-    p.add_argument("--corpus-cache", type=Path, default=DEFAULT_CORPUS_CACHE,
-                   help="where the corpus archives are unpacked once (default bench/.data/corpus-src)")
+    p.add_argument(
+        "--sources",
+        default="*",
+        help="corpus snapshots to copy, a glob on their names: '*gfx*' for an AMD-only cache, '*sm*' NVIDIA",
+    )
+    p.add_argument(
+        "--corpus-cache",
+        type=Path,
+        default=DEFAULT_CORPUS_CACHE,
+        help="where the corpus archives are unpacked once (default bench/.data/corpus-src)",
+    )
     args = p.parse_args(argv)
     if args.src:
         n = derive(args.src, args.out, args.change_fraction, args.seed)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from kdb import __version__, render
-from kdb.catalog import Catalog
-from kdb.errors import ExitCode, KdbError, UsageError
-from kdb.home import Home, resolve_home
+from kdb import __version__
+from kdb.errors import ExitCode, KdbError, TagError, UsageError
+from kdb.render import listings, tables
+from kdb.store.blobs import BlobStore
+from kdb.store.catalog import Catalog
+from kdb.store.home import Home, resolve_home
 
 app = typer.Typer(
     add_completion=False,
@@ -34,7 +38,7 @@ state = State()
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
 
 
-def _fmt(value: str, allowed: tuple[str, ...] = render.FORMATS) -> str:
+def _fmt(value: str, allowed: tuple[str, ...] = tables.FORMATS) -> str:
     if value not in allowed:
         raise UsageError(f"unknown format {value!r}: choose one of {', '.join(allowed)}")
     return value
@@ -52,9 +56,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global(
-    home: Annotated[Optional[Path], typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")] = None,
-    wait: Annotated[float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")] = 600.0,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")] = False,
+    home: Annotated[
+        Path | None, typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")
+    ] = None,
+    wait: Annotated[
+        float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")
+    ] = 600.0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
+    ] = False,
 ) -> None:
     state.home = Home(resolve_home(home))
     state.wait = wait
@@ -68,14 +78,22 @@ def ingest(
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing snapshot with this tag")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="worker processes (default: all cores)")] = 0,
-    max_file_size: Annotated[int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")] = 1 << 30,
-    sass: Annotated[bool, typer.Option("--sass/--no-sass", help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)")] = True,
+    max_file_size: Annotated[
+        int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")
+    ] = 1 << 30,
+    sass: Annotated[
+        bool,
+        typer.Option(
+            "--sass/--no-sass",
+            help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)",
+        ),
+    ] = True,
     fmt: FormatOpt = "table",
 ) -> None:
     """Snapshot a whole Triton cache into the store and catalog."""
-    from kdb.analysis import AnalysisOptions
-    from kdb.ingest import ingest as run_ingest
-    from kdb.ingest import parse_labels
+    from kdb.analysis.model import AnalysisOptions
+    from kdb.ingest.snapshot import ingest as run_ingest
+    from kdb.ingest.snapshot import parse_labels
 
     fmt = _fmt(fmt, ("table", "json"))
     labels = parse_labels(label)
@@ -83,19 +101,38 @@ def ingest(
     progress_cm = _progress() if show_progress else None
     if progress_cm is not None:
         with progress_cm as (bar, task):
+
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
 
-            summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                                 max_file_bytes=max_file_size, progress=on_progress, lock_wait_s=state.wait,
-                                 options=AnalysisOptions(sass=sass))
+            summary = run_ingest(
+                state.home,
+                directory,
+                tag,
+                labels=labels,
+                replace=replace,
+                workers=jobs or None,
+                max_file_bytes=max_file_size,
+                progress=on_progress,
+                lock_wait_s=state.wait,
+                options=AnalysisOptions(sass=sass),
+            )
     else:
-        summary = run_ingest(state.home, directory, tag, labels=labels, replace=replace, workers=jobs or None,
-                             max_file_bytes=max_file_size, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass))
+        summary = run_ingest(
+            state.home,
+            directory,
+            tag,
+            labels=labels,
+            replace=replace,
+            workers=jobs or None,
+            max_file_bytes=max_file_size,
+            lock_wait_s=state.wait,
+            options=AnalysisOptions(sass=sass),
+        )
     if fmt == "json":
-        _out(render.to_json(summary.__dict__))
+        _out(tables.to_json(summary.__dict__))
     elif not quiet:
-        _out(render.render_ingest(summary))
+        _out(listings.render_ingest(summary))
     if summary.problems:
         raise typer.Exit(ExitCode.FINDINGS)
 
@@ -107,8 +144,14 @@ def _progress():
 
     @contextmanager
     def cm():
-        columns = [TextColumn("ingest"), BarColumn(), TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
-                   TextColumn("{task.fields[rate]}"), TransferSpeedColumn(), TimeRemainingColumn()]
+        columns = [
+            TextColumn("ingest"),
+            BarColumn(),
+            TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
+            TextColumn("{task.fields[rate]}"),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        ]
         import time
 
         start = time.monotonic()
@@ -138,13 +181,13 @@ def tags(fmt: FormatOpt = "table") -> None:
     """List snapshots with counts, sizes, Triton versions and targets."""
     fmt = _fmt(fmt)
     with _reader() as catalog:
-        _out(render.render_tags(catalog.list_snapshots(), fmt))
+        _out(listings.render_tags(catalog.list_snapshots(), fmt))
 
 
 @app.command()
 def show(
     tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
+    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Show one snapshot, or with --kernel the facts of matching kernels."""
@@ -155,24 +198,40 @@ def show(
             if not rows:
                 raise UsageError(f"no kernel matching {kernel!r} in snapshot {tag!r}")
             details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
-            _out(render.render_kernels(details, fmt))
+            _out(listings.render_kernels(details, fmt))
             return
-        _out(render.render_snapshot(catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt))
+        _out(
+            listings.render_snapshot(
+                catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt
+            )
+        )
 
 
 @app.command()
-def reindex(tags: Annotated[Optional[list[str]], typer.Argument(help="snapshot tags (default: all)")] = None) -> None:
+def reindex(
+    tags: Annotated[list[str] | None, typer.Argument(help="snapshot tags (default: all)")] = None,
+    sass: Annotated[
+        bool,
+        typer.Option(
+            "--sass/--no-sass",
+            help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)",
+        ),
+    ] = True,
+) -> None:
     """Recompute the analysis of stored snapshots from their blobs (after a kdb upgrade)."""
-    from kdb.ingest import reindex as run_reindex
+    from kdb.analysis.model import AnalysisOptions
+    from kdb.ingest.reindex import reindex as run_reindex
 
-    for tag, kernels in run_reindex(state.home, tags or None, lock_wait_s=state.wait).items():
+    for tag, kernels in run_reindex(
+        state.home, tags or None, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass)
+    ).items():
         _out(f"reindexed {tag}: {kernels} kernels\n")
 
 
 @app.command()
 def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
-    from kdb.maintenance import remove_snapshot
+    from kdb.store.maintenance import remove_snapshot
 
     remove_snapshot(state.home, tag, state.wait)
     _out(f"removed {tag}; run `kdb gc` to free blobs no other snapshot uses\n")
@@ -181,28 +240,32 @@ def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
 @app.command()
 def gc(
     fmt: FormatOpt = "table",
-    compact: Annotated[bool, typer.Option("--compact", help="copy the catalog without its free space even "
-                                          "when less than a quarter of it is free")] = False,
+    compact: Annotated[
+        bool,
+        typer.Option(
+            "--compact", help="copy the catalog without its free space even when less than a quarter of it is free"
+        ),
+    ] = False,
 ) -> None:
     """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
-    from kdb.maintenance import collect_garbage
+    from kdb.store.maintenance import collect_garbage
 
     fmt = _fmt(fmt, ("table", "json"))
     result = collect_garbage(state.home, state.wait, compact=compact)
     if fmt == "json":
-        _out(render.to_json(result.__dict__))
+        _out(tables.to_json(result.__dict__))
     else:
-        _out(render.gc_summary(result))
+        _out(listings.gc_summary(result))
 
 
 @app.command()
 def verify(fmt: FormatOpt = "table") -> None:
     """Re-hash every blob and check every catalog reference; exit 5 on any problem."""
-    from kdb.maintenance import verify as run_verify
+    from kdb.store.maintenance import verify as run_verify
 
     fmt = _fmt(fmt, ("table", "json"))
     report = run_verify(state.home, state.wait)
-    _out(render.render_verify(report, fmt))
+    _out(listings.render_verify(report, fmt))
     if not report.ok:
         raise typer.Exit(ExitCode.INTEGRITY)
 
@@ -213,10 +276,10 @@ def export(
     dest: Annotated[Path, typer.Argument(help="new or empty directory to restore the cache into")],
 ) -> None:
     """Restore a snapshot's files, byte for byte, under DEST (never outside it)."""
-    from kdb.maintenance import export_snapshot
+    from kdb.store.maintenance import export_snapshot
 
     result = export_snapshot(state.home, tag, dest, state.wait)
-    _out(f"exported {result.files} files ({render.human_bytes(result.bytes)}) to {dest}\n")
+    _out(f"exported {result.files} files ({tables.human_bytes(result.bytes)}) to {dest}\n")
 
 
 @app.command()
@@ -225,7 +288,7 @@ def cat(
     path: Annotated[str, typer.Argument(help="file path relative to the cache root")],
 ) -> None:
     """Write one stored file to standard output."""
-    from kdb.maintenance import read_file
+    from kdb.store.maintenance import read_file
 
     data = read_file(state.home, tag, path, state.wait)
     sys.stdout.flush()
@@ -242,7 +305,7 @@ def sql(
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
     with _reader() as catalog:
         columns, rows = catalog.query(query)
-    _out(render.render_rows(columns, rows, fmt))
+    _out(tables.render_rows(columns, rows, fmt))
 
 
 @app.command()
@@ -296,28 +359,77 @@ def main() -> None:
 
 @app.command("diff")
 def diff_cmd(
-    a: Annotated[str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")],
+    a: Annotated[
+        str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")
+    ],
     b: Annotated[str, typer.Argument(help="candidate: a snapshot tag, or a cache directory")],
-    fail_on: Annotated[list[str], typer.Option("--fail-on", help="exit 1 when a rule fires: occupancy-drop, new-spills, "
-                                               "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated")] = [],  # noqa: B006
-    across_targets: Annotated[bool, typer.Option("--across-targets", help="match kernels across GPU targets (identity without backend:arch:warp_size)")] = False,
-    kernel: Annotated[Optional[str], typer.Option("--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)")] = None,
-    min_match: Annotated[float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")] = 0.5,
+    fail_on: Annotated[
+        list[str],
+        typer.Option(
+            "--fail-on",
+            help="exit 1 when a rule fires: occupancy-drop, new-spills, "
+            "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated",
+        ),
+    ] = [],  # noqa: B006
+    across_targets: Annotated[
+        bool,
+        typer.Option(
+            "--across-targets", help="match kernels across GPU targets (identity without backend:arch:warp_size)"
+        ),
+    ] = False,
+    kernel: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)"
+        ),
+    ] = None,
+    min_match: Annotated[
+        float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")
+    ] = 0.5,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or csv")] = "table",
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
     Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted.
     """
-    from kdb import diff_render
-    from kdb.diff import diff as run_diff
+    from kdb.diff import render as diff_render
+    from kdb.diff.engine import diff_sides
+    from kdb.diff.rules import check_min_match, parse_rules
+    from kdb.diff.sides import load_side
     from kdb.errors import UntrustedComparison
 
     fmt = _fmt(fmt, diff_render.FORMATS)
-    result, views = run_diff(state.home, a, b, across_targets=across_targets, fail_on=fail_on, min_match=min_match,
-                             kernel=kernel, wait_s=state.wait)
+    rules = parse_rules(fail_on or [])
+    check_min_match(min_match)
+    with ExitStack() as stack:
+        sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
+        result, views = diff_sides(
+            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel
+        )
     _out(diff_render.render_diff(result, fmt, views))
     if result.trust_problem:
         raise UntrustedComparison(result.trust_problem)
     if result.fired:
         raise typer.Exit(ExitCode.FINDINGS)
+
+
+@contextmanager
+def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
+    """(catalog, blob store, tag, label) of a `kdb diff` argument: a tag of the home, else a cache directory
+    ingested into a temporary home (deleted afterwards). The catalog is opened once and held open."""
+    home = state.home
+    if home.catalog_path.exists():
+        with Catalog.open(home.catalog_path, read_only=True, wait_s=state.wait) as catalog:
+            if catalog.snapshot_id(ref) is not None:
+                yield catalog, home.store, ref, ref
+                return
+    path = Path(ref)
+    if not path.is_dir():
+        raise TagError(f"{ref!r} is neither a snapshot tag (see `kdb tags`) nor a cache directory")
+    from kdb.ingest.temporary import temporary_snapshot
+
+    with (
+        temporary_snapshot(path, state.wait) as (temp_home, tag),
+        Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
+    ):
+        yield catalog, temp_home.store, tag, str(path)

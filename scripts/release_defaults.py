@@ -11,6 +11,7 @@ declares `enable_fp_fusion = False` and parse_options replaces it from a knob th
 kdb's identity compares tuning options as "equal, or each at its own release's default"; the
 table this writes is where those defaults come from (kdb.triton.identity loads it).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROBE = r'''
+PROBE = r"""
 import json, dataclasses, sys
 import triton
 try:
@@ -53,18 +54,25 @@ for backend, arch, warp in targets:
     except Exception as exc:
         out["backends"].setdefault(backend, {})[str(arch)] = {"__error__": f"{type(exc).__name__}: {exc}"[:200]}
 print(json.dumps(out))
-'''
+"""
 
 
 def main(venvs: list[str]) -> int:
     table = {}
     for venv in sorted(venvs):
         py = Path(venv) / "bin" / "python"
-        proc = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, timeout=300,
-                              env={"PATH": "/usr/bin:/bin", "TRITON_HIP_LLD_PATH": "/usr/lib/llvm-22/bin/ld.lld"})
+        proc = subprocess.run(
+            [str(py), "-c", PROBE],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={"PATH": "/usr/bin:/bin", "TRITON_HIP_LLD_PATH": "/usr/lib/llvm-22/bin/ld.lld"},
+        )
         if proc.returncode != 0:
-            print(f"{venv}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}",
-                  file=sys.stderr)
+            print(
+                f"{venv}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}",
+                file=sys.stderr,
+            )
             continue
         doc = json.loads(proc.stdout.strip().splitlines()[-1])
         table[doc["triton_version"]] = doc["backends"]

@@ -30,14 +30,18 @@ def kdb(capsys, home: Path, *args: str) -> Result:
 
 
 def kdb_subprocess(home: Path, *args: str, timeout: float = 600, binary: bool = False) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True,
-                          text=not binary, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True, text=not binary, timeout=timeout
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def plant_catalog_path(home: Path, path: str) -> None:
@@ -47,8 +51,11 @@ def plant_catalog_path(home: Path, path: str) -> None:
 
     con = duckdb.connect(str(home / "catalog.duckdb"))
     try:
-        con.execute("INSERT INTO top_files SELECT (SELECT min(snapshot_id) FROM snapshots), ?, hash, size, kind "
-                    "FROM folder_files ORDER BY name LIMIT 1", [path])
+        con.execute(
+            "INSERT INTO top_files SELECT (SELECT min(snapshot_id) FROM snapshots), ?, hash, size, kind "
+            "FROM folder_files ORDER BY name LIMIT 1",
+            [path],
+        )
     finally:
         con.close()
 

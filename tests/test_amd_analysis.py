@@ -6,6 +6,7 @@ LLVM 22 (parsed here with small readers of their own), and LLVM's `; Occupancy:`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -17,12 +18,12 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, compiled_kernels, load_manifest
 
-from kdb import disasm
+from kdb.analysis.amd import disasm
+from kdb.analysis.amd.amdgcn import GROUPS, classify, parse_amdgcn
+from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.analysis.amd.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
 from kdb.errors import KdbError, ParseError
-from kdb.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
-from kdb.parsers.amdgcn import GROUPS, classify, parse_amdgcn
-from kdb.parsers.hsaco import parse_hsaco
-from kdb.parsers.ttgir import parse_ttgir
+from kdb.triton.ttgir import parse_ttgir
 
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 READELF = str(LLVM_BIN / "llvm-readelf")
@@ -38,8 +39,9 @@ def _hip_snapshots() -> list[str]:
 
 HIP_SNAPSHOTS = _hip_snapshots()
 needs_corpus = pytest.mark.skipif(not HIP_SNAPSHOTS, reason="corpus/manifest.json with AMD snapshots not built")
-needs_llvm = pytest.mark.skipif(not Path(READELF).exists() or not Path(OBJDUMP).exists(),
-                                reason="LLVM 22 tools missing (apt install llvm-22)")
+needs_llvm = pytest.mark.skipif(
+    not Path(READELF).exists() or not Path(OBJDUMP).exists(), reason="LLVM 22 tools missing (apt install llvm-22)"
+)
 per_snapshot = pytest.mark.parametrize("snapshot", HIP_SNAPSHOTS or ["<no corpus>"])
 
 
@@ -68,7 +70,9 @@ def snapshot_kernels(unpack_snapshot):
 
     def kernels(snapshot: str) -> list[Kernel]:
         if snapshot not in found:
-            found[snapshot] = [Kernel(p.parent, p.stem, p) for p in compiled_kernels(unpack_snapshot(snapshot), ".hsaco")]
+            found[snapshot] = [
+                Kernel(p.parent, p.stem, p) for p in compiled_kernels(unpack_snapshot(snapshot), ".hsaco")
+            ]
         return found[snapshot]
 
     return kernels
@@ -134,6 +138,7 @@ def _release(snapshot: str) -> tuple[int, int]:
 
 # ---- tests ------------------------------------------------------------------------------------------------
 
+
 @needs_corpus
 @needs_llvm
 @per_snapshot
@@ -141,8 +146,17 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
     kernels = snapshot_kernels(snapshot)
     entry = load_manifest()["snapshots"][snapshot]
     assert len(kernels) == entry["kernel_count"]
-    fields = ["vgpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "private_segment_fixed_size",
-              "group_segment_fixed_size", "wavefront_size", "max_flat_workgroup_size", "kernarg_segment_size"]
+    fields = [
+        "vgpr_count",
+        "sgpr_count",
+        "vgpr_spill_count",
+        "sgpr_spill_count",
+        "private_segment_fixed_size",
+        "group_segment_fixed_size",
+        "wavefront_size",
+        "max_flat_workgroup_size",
+        "kernarg_segment_size",
+    ]
     expected_version = 4 if _release(snapshot) < (3, 3) else 5
     for kernel in kernels:
         co = parse_hsaco(kernel.hsaco)
@@ -196,8 +210,14 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
         if ARCHES[co.arch].generation == 9:
             assert k.descriptor_sgprs is not None and k.descriptor_sgprs >= k.sgpr_count - 6  # VCC/XNACK extras
         shared = kernel.meta.get("shared") or 0
-        launch, launch_limiter = launch_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count,
-                                                  k.group_segment_fixed_size + shared, kernel.meta["num_warps"])
+        launch, launch_limiter = launch_occupancy(
+            co.arch,
+            k.wavefront_size,
+            k.vgpr_count,
+            k.sgpr_count,
+            k.group_segment_fixed_size + shared,
+            kernel.meta["num_warps"],
+        )
         assert 0 <= launch <= waves and launch_limiter in ("vgpr", "sgpr", "lds", "workgroup", "max_waves")
         headroom = vgpr_headroom(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count)
         if headroom is not None:
@@ -242,8 +262,10 @@ def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
 
     def disassemble(kernel: Kernel) -> tuple[Counter[str], Counter[str] | None]:
         arch = parse_hsaco(kernel.hsaco).arch
-        return (objdump_counts(kernel.hsaco_path, arch, kernel.name),
-                disasm.disassemble_mnemonics(kernel.hsaco, arch, kernel.name, objdump=OBJDUMP))
+        return (
+            objdump_counts(kernel.hsaco_path, arch, kernel.name),
+            disasm.disassemble_mnemonics(kernel.hsaco, arch, kernel.name, objdump=OBJDUMP),
+        )
 
     # objdump dominates the run time; the subprocesses run side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -271,23 +293,39 @@ def test_corrupt_code_objects_raise_parse_error(snapshot: str, snapshot_kernels)
         for bit in (0, 5):
             flipped = bytearray(data)
             flipped[position] ^= 1 << bit
-            try:
+            with contextlib.suppress(ParseError):
                 parse_hsaco(bytes(flipped))
-            except ParseError:
-                pass
 
 
 def test_classify_reference_table() -> None:
     cases = {
-        "v_mfma_f32_32x32x8_f16": "matrix", "v_wmma_f32_16x16x16_f16": "matrix",
-        "v_accvgpr_write_b32": "agpr_move", "scratch_store_dword": "scratch",
-        "global_load_lds_dwordx4": "lds_dma", "ds_read_b128": "lds", "ds_load_b128": "lds",
-        "s_load_dwordx2": "scalar_mem", "global_load_dwordx4": "vmem_load", "buffer_store_dword": "vmem_store",
-        "global_atomic_add_f32": "vmem_atomic", "s_waitcnt": "wait", "s_wait_loadcnt": "wait",
-        "s_barrier": "barrier", "s_barrier_signal": "barrier", "s_cbranch_scc1": "branch", "s_endpgm": "branch",
-        "s_nop": "nop", "s_code_end": "nop", "s_delay_alu": "sched", "s_setprio": "sched",
-        "v_cvt_f32_f16_e32": "conversion", "v_exp_f32_e32": "transcendental", "v_s_exp_f32": "transcendental",
-        "v_add_f32_e32": "valu", "s_add_i32": "salu", "buffer_gl0_inv": "other",
+        "v_mfma_f32_32x32x8_f16": "matrix",
+        "v_wmma_f32_16x16x16_f16": "matrix",
+        "v_accvgpr_write_b32": "agpr_move",
+        "scratch_store_dword": "scratch",
+        "global_load_lds_dwordx4": "lds_dma",
+        "ds_read_b128": "lds",
+        "ds_load_b128": "lds",
+        "s_load_dwordx2": "scalar_mem",
+        "global_load_dwordx4": "vmem_load",
+        "buffer_store_dword": "vmem_store",
+        "global_atomic_add_f32": "vmem_atomic",
+        "s_waitcnt": "wait",
+        "s_wait_loadcnt": "wait",
+        "s_barrier": "barrier",
+        "s_barrier_signal": "barrier",
+        "s_cbranch_scc1": "branch",
+        "s_endpgm": "branch",
+        "s_nop": "nop",
+        "s_code_end": "nop",
+        "s_delay_alu": "sched",
+        "s_setprio": "sched",
+        "v_cvt_f32_f16_e32": "conversion",
+        "v_exp_f32_e32": "transcendental",
+        "v_s_exp_f32": "transcendental",
+        "v_add_f32_e32": "valu",
+        "s_add_i32": "salu",
+        "buffer_gl0_inv": "other",
     }
     for mnemonic, group in cases.items():
         assert classify(mnemonic, False) == group, mnemonic

@@ -7,16 +7,40 @@ import json
 
 import duckdb
 import pytest
-
 from conftest import load_manifest
 from helpers import kdb
-from kdb.catalog import Catalog, schema_files
+
+from kdb.ingest.columns import STAGED_COLUMNS
+from kdb.ingest.reindex import REINDEX_COLUMNS
+from kdb.store.catalog import Catalog, schema_files
 
 CONTRACT = {
-    "kernels": ["tag", "cache_key", "name", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared",
-                "vgpr_count", "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "scratch_bytes",
-                "occupancy_llvm", "occupancy", "occupancy_limiter", "instr_count", "registers", "stack_bytes",
-                "local_bytes", "static_shared", "occupancy_unit"],
+    "kernels": [
+        "tag",
+        "cache_key",
+        "name",
+        "backend",
+        "arch",
+        "triton_version",
+        "num_warps",
+        "num_stages",
+        "shared",
+        "vgpr_count",
+        "agpr_count",
+        "sgpr_count",
+        "vgpr_spill_count",
+        "sgpr_spill_count",
+        "scratch_bytes",
+        "occupancy_llvm",
+        "occupancy",
+        "occupancy_limiter",
+        "instr_count",
+        "registers",
+        "stack_bytes",
+        "local_bytes",
+        "static_shared",
+        "occupancy_unit",
+    ],
     "instr_mix": ["tag", "cache_key", "mnemonic", "grp", "count"],
     "source_lines": ["tag", "cache_key", "file", "line", "grp", "count"],
     "problems": ["tag", "cache_key", "path", "stage", "reason"],
@@ -45,11 +69,15 @@ def test_upgrade_from_first_migration_keeps_data(tmp_path):
     con = duckdb.connect()
     con.execute("ATTACH ? AS old (STORAGE_VERSION 'v1.5.0')", [str(path)])
     con.execute("USE old")
-    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP))")
+    con.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP))"
+    )
     con.execute(first[2])
     con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [first[0], first[1]])
-    con.execute("INSERT INTO snapshots VALUES (1, 'old', now()::TIMESTAMP, '/x', 'h', '0', [], [], 0, 0, 0, 0, 0, 0, MAP {})")
+    con.execute(
+        "INSERT INTO snapshots VALUES (1, 'old', now()::TIMESTAMP, '/x', 'h', '0', [], [], 0, 0, 0, 0, 0, 0, MAP {})"
+    )
     con.close()
     with Catalog.open(path) as catalog:
         assert [s["tag"] for s in catalog.list_snapshots()] == ["old"]
@@ -69,8 +97,10 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
     per_snapshot = con.execute("SELECT count(*) FROM snapshot_folders WHERE snapshot_id = 1").fetchone()[0]
     con.execute("CREATE TABLE moved AS SELECT * FROM snapshot_folders")
     con.execute("DROP VIEW snapshot_folders")
-    con.execute("CREATE TABLE snapshot_folders (snapshot_id INTEGER NOT NULL, cache_key VARCHAR NOT NULL, "
-                "folder_digest VARCHAR NOT NULL, PRIMARY KEY (snapshot_id, cache_key))")
+    con.execute(
+        "CREATE TABLE snapshot_folders (snapshot_id INTEGER NOT NULL, cache_key VARCHAR NOT NULL, "
+        "folder_digest VARCHAR NOT NULL, PRIMARY KEY (snapshot_id, cache_key))"
+    )
     con.execute("INSERT INTO snapshot_folders SELECT * FROM moved")
     con.execute("DROP TABLE moved")
     con.execute("DROP TABLE folder_sets")
@@ -92,7 +122,7 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
 
 def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot, tmp_path, capsys):
     """Rows written before 004 get their instr_mix_digest and instr_groups from the migration's SQL;
-    those must equal what kdb/analysis.py computes at ingest, or a diff across the two would see changes."""
+    those must equal what kdb/analysis/folder.py computes at ingest, or a diff across the two would see changes."""
     home = tmp_path / "home"
     names = [n for n in ("t3.4.0-gfx942", "t3.4.0-sm90") if n in load_manifest()["snapshots"]]
     for name in names:
@@ -107,7 +137,7 @@ def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot
     assert all(sum(json.loads(g).values()) == counts[f] for f, _, g in at_ingest)
     sql = next(text for version, _, text in schema_files() if version == 4)
     con.execute("UPDATE kernel_analysis SET instr_mix_digest = NULL, instr_groups = NULL")
-    con.execute(sql[sql.index("UPDATE kernel_analysis"):])
+    con.execute(sql[sql.index("UPDATE kernel_analysis") :])
     migrated = con.execute(cols).fetchall()
     con.close()
     assert [(f, d) for f, d, _ in migrated] == [(f, d) for f, d, _ in at_ingest]
@@ -120,8 +150,10 @@ def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, u
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
     con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
-    rows = con.execute("SELECT k.name, k.occupancy_llvm, k.vgpr_count, k.sgpr_count, k.scratch_bytes, a.kernel_info, "
-                       "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (folder_digest)").fetchall()
+    rows = con.execute(
+        "SELECT k.name, k.occupancy_llvm, k.vgpr_count, k.sgpr_count, k.scratch_bytes, a.kernel_info, "
+        "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (folder_digest)"
+    ).fetchall()
     assert len(rows) == load_manifest()["snapshots"][name]["kernel_count"]
     with_info = 0
     for kname, occ, vgpr, sgpr, scratch, info_json, source, count in rows:
@@ -140,3 +172,16 @@ def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, u
         assert with_info == len(rows)
     else:
         assert with_info == 0
+
+
+def test_staged_column_lists_match_the_schema(tmp_path):
+    """The column lists ingest and reindex stage (kdb/ingest/columns.py, defined once) name every column
+    of their tables, and nothing the schema lacks."""
+    with Catalog.open(tmp_path / "catalog.duckdb") as catalog:
+        for name, columns in {**STAGED_COLUMNS, **REINDEX_COLUMNS}.items():
+            rows = catalog.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+                [name],
+            ).fetchall()
+            schema = [r[0] for r in rows]
+            assert sorted(columns) == sorted(c for c in schema if c in columns or c != "set_digest"), name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -16,8 +17,8 @@ from conftest import CORPUS, ROOT, load_manifest, snapshot_names
 from helpers import kdb
 
 from kdb.errors import ExitCode
-from kdb.home import Home
-from kdb.ingest import ingest
+from kdb.ingest.snapshot import ingest
+from kdb.store.home import Home
 
 READELF = Path("/usr/lib/llvm-22/bin/llvm-readelf")
 SCHEMA = json.loads((ROOT / "docs" / "diff-json-schema.json").read_text())
@@ -85,8 +86,10 @@ def test_every_config_in_both_records_is_matched_to_its_folder_pair(pair, corpus
     wrong = got - expected
     assert not wrong, f"wrongly matched: {sorted(wrong)}"
     with capsys.disabled():
-        print(f"\n{pair_id(pair)}: matched {len(expected & got)}/{len(expected)} configs in both records, "
-              f"{len(wrong)} wrong, match rate {doc['match_rate']:.2f}, summary {doc['summary']}")
+        print(
+            f"\n{pair_id(pair)}: matched {len(expected & got)}/{len(expected)} configs in both records, "
+            f"{len(wrong)} wrong, match rate {doc['match_rate']:.2f}, summary {doc['summary']}"
+        )
 
 
 @pytest.mark.parametrize("name", snapshot_names())
@@ -101,9 +104,15 @@ def test_snapshot_against_itself_has_no_change(name, corpus_home, capsys):
 
 
 # -- figures ----------------------------------------------------------------------------------------
-NOTE_KEYS = {".vgpr_count": "vgpr_count", ".agpr_count": "agpr_count", ".sgpr_count": "sgpr_count",
-             ".vgpr_spill_count": "vgpr_spill_count", ".sgpr_spill_count": "sgpr_spill_count",
-             ".private_segment_fixed_size": "scratch_bytes", ".group_segment_fixed_size": "lds_static"}
+NOTE_KEYS = {
+    ".vgpr_count": "vgpr_count",
+    ".agpr_count": "agpr_count",
+    ".sgpr_count": "sgpr_count",
+    ".vgpr_spill_count": "vgpr_spill_count",
+    ".sgpr_spill_count": "sgpr_spill_count",
+    ".private_segment_fixed_size": "scratch_bytes",
+    ".group_segment_fixed_size": "lds_static",
+}
 
 
 def readelf_notes(hsaco: Path) -> dict[str, int]:
@@ -134,7 +143,9 @@ def test_figures_equal_catalog_and_hsaco_notes(corpus_home, unpack_snapshot, cap
     cols = ["cache_key", "name", *NOTE_KEYS.values(), "occupancy", "instr_count", "shared", "code_size"]
     catalog = {}
     for tag in (a, b):
-        r = kdb(capsys, corpus_home, "sql", f"SELECT {', '.join(cols)} FROM kernels WHERE tag = '{tag}'", "--format", "json")
+        r = kdb(
+            capsys, corpus_home, "sql", f"SELECT {', '.join(cols)} FROM kernels WHERE tag = '{tag}'", "--format", "json"
+        )
         assert r.code == 0, r.err
         catalog[tag] = {row["cache_key"]: row for row in r.json()}
     checked = 0
@@ -150,7 +161,7 @@ def test_figures_equal_catalog_and_hsaco_notes(corpus_home, unpack_snapshot, cap
             assert notes, key
             for metric, value in notes.items():
                 assert k["metrics"][metric][side] == value, (tag, key, metric)
-        for metric, m in k["metrics"].items():
+        for m in k["metrics"].values():
             if m["a"] is not None and m["b"] is not None:
                 assert m["delta"] == m["b"] - m["a"]
         checked += 1
@@ -193,21 +204,26 @@ def test_fail_on_new_spills(corpus_home, unpack_snapshot, tmp_path, capsys):
     assert code == 0 and back["fired_rules"] == [] and back["summary"]["changed"] == 1
     with capsys.disabled():
         m = kernel["metrics"]
-        print(f"\nspill pair: {a} -> {b}{' (across targets)' if across else ''}: {kernel['name']} "
-              f"{kernel['a_cache_key']} -> {kernel['b_cache_key']}: vgpr spills {m['vgpr_spill_count']['a']} -> "
-              f"{m['vgpr_spill_count']['b']}, scratch {m['scratch_bytes']['a']} -> {m['scratch_bytes']['b']}")
+        print(
+            f"\nspill pair: {a} -> {b}{' (across targets)' if across else ''}: {kernel['name']} "
+            f"{kernel['a_cache_key']} -> {kernel['b_cache_key']}: vgpr spills {m['vgpr_spill_count']['a']} -> "
+            f"{m['vgpr_spill_count']['b']}, scratch {m['scratch_bytes']['a']} -> {m['scratch_bytes']['b']}"
+        )
 
 
 def test_register_rules_and_unknown_rule(corpus_home, capsys):
     a, b, across = available_pairs()[0]
     flag = ["--across-targets"] if across else []
     _, doc = diff_json(capsys, corpus_home, a, b, *flag)
-    growth = [k["metrics"]["vgpr_count"]["delta"] for k in doc["kernels"]
-              if k["metrics"] and k["metrics"]["vgpr_count"]["delta"] is not None]
+    growth = [
+        k["metrics"]["vgpr_count"]["delta"]
+        for k in doc["kernels"]
+        if k["metrics"] and k["metrics"]["vgpr_count"]["delta"] is not None
+    ]
     top = max(growth)
-    if top > 0:
-        assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", f"vgpr:+{top}")[0] == 1
-    assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", f"vgpr:+{max(top, 0) + 1}")[0] == 0
+    assert top > 0  # the first pair has kernels whose VGPR count grew: the rule must fire at that growth
+    assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", f"vgpr:+{top}")[0] == 1
+    assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", f"vgpr:+{top + 1}")[0] == 0
     assert diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", "vgpr:+1000%")[0] == 0
     r = kdb(capsys, corpus_home, "diff", a, b, "--fail-on", "vgpr-up")
     assert r.code == ExitCode.USAGE and "unknown --fail-on rule" in r.err and "Traceback" not in r.err
@@ -231,7 +247,9 @@ def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
     a, b, across = available_pairs()[0]
     flag = ["--across-targets"] if across else []
     _, doc = diff_json(capsys, corpus_home, a, b, *flag)
-    assert len(doc["kernels"]) == sum(doc["summary"][s] for s in ("matched", "changed", "only_a", "only_b", "ambiguous"))
+    assert len(doc["kernels"]) == sum(
+        doc["summary"][s] for s in ("matched", "changed", "only_a", "only_b", "ambiguous")
+    )
     # every kernel of both sides appears exactly once
     a_keys = [k["a_cache_key"] for k in doc["kernels"] if k["a_cache_key"]]
     b_keys = [k["b_cache_key"] for k in doc["kernels"] if k["b_cache_key"]]
@@ -240,8 +258,11 @@ def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
 
     table = kdb(capsys, corpus_home, "diff", a, b, *flag)
     lines = table.out.splitlines()
-    assert re.match(r"^matched \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$", lines[1])
-    table_lines = lines[3:3 + doc["summary"]["changed"] + 1]
+    assert re.match(
+        r"^matched \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$",
+        lines[1],
+    )
+    table_lines = lines[3 : 3 + doc["summary"]["changed"] + 1]
     assert all(len(line) <= 80 for line in table_lines)
 
     md = kdb(capsys, corpus_home, "diff", a, b, *flag, "--format", "markdown").out.splitlines()
@@ -272,9 +293,17 @@ def test_kernel_deep_view(corpus_home, capsys):
     assert all("/var/tmp/" not in v["isa_diff"] for v in changed)
     # the side-by-side mix loses no instruction: each column adds up to that side's instruction
     # count (the count itself is checked against llvm-objdump in test_amd_analysis)
-    counts = {(r["tag"], r["cache_key"]): r["instr_count"] for r in kdb(
-        capsys, corpus_home, "sql", f"SELECT tag, cache_key, instr_count FROM kernels WHERE tag IN ('{a}', '{b}')",
-        "--format", "json").json()}
+    counts = {
+        (r["tag"], r["cache_key"]): r["instr_count"]
+        for r in kdb(
+            capsys,
+            corpus_home,
+            "sql",
+            f"SELECT tag, cache_key, instr_count FROM kernels WHERE tag IN ('{a}', '{b}')",
+            "--format",
+            "json",
+        ).json()
+    }
     for v in changed:
         for side, tag in (("a", a), ("b", b)):
             assert sum(r[side] for r in v["mix"]) == counts[tag, v[f"{side}_cache_key"]], (side, v["name"])
@@ -287,7 +316,7 @@ def test_kernel_deep_view(corpus_home, capsys):
 def test_mix_digest_shortcut_gives_the_same_report_as_comparing_every_mnemonic(corpus_home, capsys, monkeypatch):
     """The diff skips the mnemonic rows of pairs whose stored mix digests are equal; turning that off
     (every pair's mnemonic counts fetched and compared) must not change a byte of the report."""
-    import kdb.diff as engine
+    import kdb.diff.engine as engine
 
     same = engine._same_mix
     seen = {True: 0, False: 0}
@@ -306,3 +335,39 @@ def test_mix_digest_shortcut_gives_the_same_report_as_comparing_every_mnemonic(c
         full = kdb(capsys, corpus_home, "diff", *args, "--format", "json")
         assert (fast.code, fast.out) == (full.code, full.out), (a, b)
     assert seen[True] > 0 and seen[False] > 0  # both paths were taken
+
+
+def test_normalised_text_cache_hits_on_a_repeated_deep_view(corpus_home, capsys):
+    """The ISA of a deep view is normalised once per blob: a second deep view of the same kernels (here
+    in the same process, as a long-lived caller would) reads every normalised text from the cache."""
+    from kdb.diff.sides import normalised_blob
+
+    a, b, across = available_pairs()[0]
+    flag = ["--across-targets"] if across else []
+    normalised_blob.cache_clear()
+    first = kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "matmul_kernel")
+    assert first.code in (0, 1), first.err
+    after_first = normalised_blob.cache_info()
+    assert after_first.misses > 0
+    second = kdb(capsys, corpus_home, "diff", a, b, *flag, "--kernel", "matmul_kernel")
+    assert second.out == first.out
+    after_second = normalised_blob.cache_info()
+    assert after_second.misses == after_first.misses
+    assert after_second.hits - after_first.hits >= after_first.misses
+
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_report_matches_its_golden_file(corpus_home, capsys, fmt):
+    """Table, markdown and csv reports of one corpus pair, byte for byte. After an intended change of a
+    report, regenerate the files with `KDB_UPDATE_GOLDEN=1 python -m pytest tests/test_diff.py -k golden`
+    and review their diff (tests/golden/README.md)."""
+    a, b = "t3.3.1-gfx942", "t3.4.0-gfx942"
+    r = kdb(capsys, corpus_home, "diff", a, b, "--format", fmt)
+    assert r.code == 0, r.err
+    golden = GOLDEN / f"diff-{a}-{b}.{fmt}"
+    if os.environ.get("KDB_UPDATE_GOLDEN"):
+        golden.write_text(r.out)
+    assert r.out == golden.read_text()

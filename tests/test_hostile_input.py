@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import plant_catalog_path, kdb, kdb_subprocess, tree_hashes
+from helpers import kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 
 from kdb.errors import ExitCode
 
@@ -74,8 +74,9 @@ def damage_binaries(cache: Path, binary: str, folders: list[tuple[str, str]], rn
     return out
 
 
-def damage_text_artifacts(cache: Path, kinds: list[str], folders: list[tuple[str, str]],
-                          rng: random.Random) -> list[Injection]:
+def damage_text_artifacts(
+    cache: Path, kinds: list[str], folders: list[tuple[str, str]], rng: random.Random
+) -> list[Injection]:
     """A real IR/asm file (.amdgcn, .ttgir, .ptx) replaced by random bytes of the same length."""
     out = []
     for kind, (folder, name) in zip(kinds, folders, strict=False):
@@ -110,8 +111,10 @@ def plant_filesystem_hazards(cache: Path, folder: str, name: str, outside: Path)
     out = []
     os.symlink(f"{name}.loop-b.ttgir", base / f"{name}.loop-a.ttgir")
     os.symlink(f"{name}.loop-a.ttgir", base / f"{name}.loop-b.ttgir")
-    out += [Injection("symlink loop", f"{folder}/{name}.loop-a.ttgir", "link"),
-            Injection("symlink loop", f"{folder}/{name}.loop-b.ttgir", "link")]
+    out += [
+        Injection("symlink loop", f"{folder}/{name}.loop-a.ttgir", "link"),
+        Injection("symlink loop", f"{folder}/{name}.loop-b.ttgir", "link"),
+    ]
     secret = outside / "secret.json"
     secret.write_bytes(real.read_bytes())
     os.symlink(secret, base / "outside.json")
@@ -133,8 +136,9 @@ def plant_filesystem_hazards(cache: Path, folder: str, name: str, outside: Path)
     return out, not_stored
 
 
-def build_hostile_cache(src: Path, dest: Path, binary: str, text_kinds: list[str], outside: Path,
-                        seed: int = SEED) -> tuple[list[Injection], list[str]]:
+def build_hostile_cache(
+    src: Path, dest: Path, binary: str, text_kinds: list[str], outside: Path, seed: int = SEED
+) -> tuple[list[Injection], list[str]]:
     """Copy a real cache to dest and damage it; returns the injections and the relative paths that must not be stored."""
     rng = random.Random(seed)
     shutil.copytree(src, dest, symlinks=True)
@@ -142,7 +146,7 @@ def build_hostile_cache(src: Path, dest: Path, binary: str, text_kinds: list[str
     assert len(folders) >= 16, "the snapshot has too few kernel folders to damage one per injection"
     injections = damage_binaries(dest, binary, folders[0:4], rng)
     injections += damage_json(dest, folders[4:8])
-    injections += damage_text_artifacts(dest, text_kinds, folders[8:8 + len(text_kinds)], rng)
+    injections += damage_text_artifacts(dest, text_kinds, folders[8 : 8 + len(text_kinds)], rng)
     hazards, not_stored = plant_filesystem_hazards(dest, *folders[-1], outside)
     return injections + hazards, not_stored
 
@@ -150,7 +154,7 @@ def build_hostile_cache(src: Path, dest: Path, binary: str, text_kinds: list[str
 def stored_files_expected(cache: Path, not_stored: list[str]) -> dict[str, str]:
     """sha256 of every regular file with a UTF-8 name that ingest must store, found without kdb."""
     out = {}
-    for dirpath, dirnames, filenames in os.walk(cache):  # never follows symlinks
+    for dirpath, _dirnames, filenames in os.walk(cache):  # never follows symlinks
         for name in filenames:
             path = Path(dirpath) / name
             rel = path.relative_to(cache).as_posix()
@@ -172,8 +176,9 @@ def _query(home: Path, sql: str, params: list) -> list[tuple]:
         con.close()
 
 
-def _check_hostile_ingest(home: Path, cache: Path, injections: list[Injection], not_stored: list[str],
-                          entry: dict, tmp_path: Path, capsys) -> dict[str, tuple]:
+def _check_hostile_ingest(
+    home: Path, cache: Path, injections: list[Injection], not_stored: list[str], entry: dict, tmp_path: Path, capsys
+) -> dict[str, tuple]:
     started = time.monotonic()
     r = kdb_subprocess(home, "ingest", str(cache), "--tag", "hostile", "-q", timeout=300)
     elapsed = time.monotonic() - started
@@ -187,8 +192,13 @@ def _check_hostile_ingest(home: Path, cache: Path, injections: list[Injection], 
     for p in problems:
         assert p["reason"] and "\n" not in p["reason"] and "Traceback" not in p["reason"], p
     for inj in injections:
-        matches = [p for p in problems if p["path"].startswith(inj.path) and inj.reason in p["reason"]
-                   and (inj.what != "non-UTF-8 file name" or "\ufffd" in p["path"])]
+        matches = [
+            p
+            for p in problems
+            if p["path"].startswith(inj.path)
+            and inj.reason in p["reason"]
+            and (inj.what != "non-UTF-8 file name" or "\ufffd" in p["path"])
+        ]
         assert matches, f"{inj.what}: no problem recorded for {inj.path!r}; problems: {problems}"
     view = _query(home, "SELECT count(*) FROM problems WHERE tag = ?", ["hostile"])[0][0]
     assert view == len(problems) == shown["problem_count"]
@@ -204,7 +214,9 @@ def _check_hostile_ingest(home: Path, cache: Path, injections: list[Injection], 
 
     # Every storable file was stored byte for byte; nothing else was.
     expected = stored_files_expected(cache, not_stored)
-    stored = dict(_query(home, "SELECT path, hash FROM files JOIN snapshots USING (snapshot_id) WHERE tag = ?", ["hostile"]))
+    stored = dict(
+        _query(home, "SELECT path, hash FROM files JOIN snapshots USING (snapshot_id) WHERE tag = ?", ["hostile"])
+    )
     assert stored == expected
     dest = tmp_path / "export"
     assert kdb(capsys, home, "export", "hostile", str(dest)).code == 0
@@ -218,16 +230,19 @@ def amd_name(corpus_manifest) -> str:
     return _smallest(corpus_manifest, "hip")
 
 
-def test_damaged_amd_cache_records_problems_and_ingests_the_rest(amd_name, corpus_manifest, unpack_snapshot,
-                                                                 tmp_path, capsys):
+def test_damaged_amd_cache_records_problems_and_ingests_the_rest(
+    amd_name, corpus_manifest, unpack_snapshot, tmp_path, capsys
+):
     outside = tmp_path / "outside"
     outside.mkdir()
     cache = tmp_path / "cache"
-    injections, not_stored = build_hostile_cache(unpack_snapshot(amd_name), cache, "hsaco",
-                                                 ["amdgcn", "ttgir"], outside)
+    injections, not_stored = build_hostile_cache(
+        unpack_snapshot(amd_name), cache, "hsaco", ["amdgcn", "ttgir"], outside
+    )
     home = tmp_path / "home"
-    facts = _check_hostile_ingest(home, cache, injections, not_stored, corpus_manifest["snapshots"][amd_name],
-                                  tmp_path, capsys)
+    facts = _check_hostile_ingest(
+        home, cache, injections, not_stored, corpus_manifest["snapshots"][amd_name], tmp_path, capsys
+    )
     # A damaged code object gives NULL VGPRs for its kernel (and a problem row, checked above).
     for inj in injections:
         if inj.what.endswith(".hsaco"):
@@ -244,8 +259,9 @@ def test_damaged_nvidia_cache_records_problems_and_ingests_the_rest(corpus_manif
     cache = tmp_path / "cache"
     injections, not_stored = build_hostile_cache(unpack_snapshot(name), cache, "cubin", ["ptx", "ttgir"], outside)
     home = tmp_path / "home"
-    facts = _check_hostile_ingest(home, cache, injections, not_stored, corpus_manifest["snapshots"][name],
-                                  tmp_path, capsys)
+    facts = _check_hostile_ingest(
+        home, cache, injections, not_stored, corpus_manifest["snapshots"][name], tmp_path, capsys
+    )
     for inj in injections:
         if inj.what.endswith(".cubin"):
             assert facts[inj.damaged_key][1] is None, inj.what
@@ -260,8 +276,10 @@ def test_unreadable_file_is_a_problem(amd_name, unpack_snapshot, tmp_path, capsy
     try:
         try:
             target.open("rb").close()
-            pytest.skip("running with CAP_DAC_OVERRIDE (root): chmod 000 does not block reads here; "
-                        "the FIFO case covers a file that cannot be read as a regular file")
+            pytest.skip(
+                "running with CAP_DAC_OVERRIDE (root): chmod 000 does not block reads here; "
+                "the FIFO case covers a file that cannot be read as a regular file"
+            )
         except PermissionError:
             pass
         home = tmp_path / "home"
@@ -274,6 +292,7 @@ def test_unreadable_file_is_a_problem(amd_name, unpack_snapshot, tmp_path, capsy
 
 
 # -- export destinations ------------------------------------------------------------------------
+
 
 @pytest.fixture
 def ingested(amd_name, unpack_snapshot, tmp_path, capsys):
@@ -291,8 +310,18 @@ def _all_files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize("evil", ["/ABS/escaped.json", "a/../../escaped.json", "a/b/../../../escaped.json",
-                                  "..", "./a/../../escaped.json", "a//b.json", "a\\..\\..\\escaped.json"])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        "/ABS/escaped.json",
+        "a/../../escaped.json",
+        "a/b/../../../escaped.json",
+        "..",
+        "./a/../../escaped.json",
+        "a//b.json",
+        "a\\..\\..\\escaped.json",
+    ],
+)
 def test_export_refuses_paths_that_climb_out(ingested, tmp_path, capsys, evil):
     home, _ = ingested
     sandbox = tmp_path / "sandbox"
@@ -314,7 +343,9 @@ def test_export_refuses_dest_with_planted_symlink(ingested, tmp_path, capsys):
     outside.mkdir()
     dest = tmp_path / "dest"
     dest.mkdir()
-    first_folder = kdb(capsys, home, "sql", "SELECT min(path) AS p FROM files", "--format", "json").json()[0]["p"].split("/")[0]
+    first_folder = (
+        kdb(capsys, home, "sql", "SELECT min(path) AS p FROM files", "--format", "json").json()[0]["p"].split("/")[0]
+    )
     os.symlink(outside, dest / first_folder)
     r = kdb(capsys, home, "export", "snap", str(dest))
     assert r.code == ExitCode.USAGE and len(r.err.strip().splitlines()) == 1, r.err
@@ -327,14 +358,18 @@ def test_export_refuses_dest_with_planted_symlink(ingested, tmp_path, capsys):
 
 def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys, monkeypatch):
     """An attacker swaps a not-yet-created folder of DEST for a link out of it mid-export: nothing lands outside."""
-    from kdb.store import BlobStore
+    from kdb.store.blobs import BlobStore
 
     home, _ = ingested
     outside = tmp_path / "outside"
     outside.mkdir()
     dest = tmp_path / "dest"
-    folders = sorted({r["p"].split("/")[0] for r in
-                      kdb(capsys, home, "sql", "SELECT path AS p FROM files", "--format", "json").json()})
+    folders = sorted(
+        {
+            r["p"].split("/")[0]
+            for r in kdb(capsys, home, "sql", "SELECT path AS p FROM files", "--format", "json").json()
+        }
+    )
     victim = folders[-1]
     real_get = BlobStore.get
     calls = []
@@ -353,7 +388,7 @@ def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys
 
 # -- user text never reaches SQL unparameterised -------------------------------------------------
 
-EVIL_TAGS = ["'; DROP TABLE snapshots; --", 'quo"te\'s', "x' OR '1'='1", "tag; DELETE FROM files"]
+EVIL_TAGS = ["'; DROP TABLE snapshots; --", "quo\"te's", "x' OR '1'='1", "tag; DELETE FROM files"]
 
 
 def test_hostile_tags_and_labels_round_trip(ingested, tmp_path, capsys):
@@ -383,5 +418,7 @@ def test_hostile_tags_and_labels_round_trip(ingested, tmp_path, capsys):
         assert kdb(capsys, home, "rm", tag).code == 0
     # The catalog is intact: the original snapshot, all its rows, a clean verify.
     assert [t["tag"] for t in kdb(capsys, home, "tags", "--format", "json").json()] == ["snap"]
-    assert kdb(capsys, home, "sql", "SELECT count(*) AS n FROM files", "--format", "json").json()[0]["n"] == files_before
+    assert (
+        kdb(capsys, home, "sql", "SELECT count(*) AS n FROM files", "--format", "json").json()[0]["n"] == files_before
+    )
     assert kdb(capsys, home, "verify").code == 0

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from conftest import snapshot_names
 from helpers import duckdb_shell, kdb, kdb_subprocess, plant_catalog_path, tree_hashes
+
 from kdb.errors import ExitCode
-from kdb.home import Home
-from kdb.maintenance import COMPACT_FREE_SHARE
+from kdb.store.home import Home
+from kdb.store.maintenance import COMPACT_FREE_SHARE
 
 AMD_PAIR = "t3.3.1-gfx942"
 
@@ -43,8 +43,10 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "first", "-q").code == 0
     before = store_bytes(home)
-    count = ("SELECT (SELECT count(*) FROM folders) AS folders, (SELECT count(*) FROM kernel_analysis) AS analysed, "
-             "(SELECT count(*) FROM folder_sets) AS folder_set_rows")
+    count = (
+        "SELECT (SELECT count(*) FROM folders) AS folders, (SELECT count(*) FROM kernel_analysis) AS analysed, "
+        "(SELECT count(*) FROM folder_sets) AS folder_set_rows"
+    )
     content_rows = kdb(capsys, home, "sql", count, "--format", "json").json()
     r = kdb(capsys, home, "ingest", str(cache), "--tag", "second", "--format", "json")
     assert r.code == 0
@@ -87,11 +89,14 @@ def test_existing_tag_refused_then_replaced(unpack_snapshot, tmp_path, capsys):
     assert kdb(capsys, home, "sql", "SELECT count(*) AS n FROM snapshots", "--format", "json").json() == [{"n": 1}]
 
 
-@pytest.mark.parametrize("make_input, expected", [
-    (lambda tmp: tmp / "missing", "no such directory"),
-    (lambda tmp: (tmp / "file.txt").write_text("x") and tmp / "file.txt", "not a directory"),
-    (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no Triton kernel folders found"),
-])
+@pytest.mark.parametrize(
+    "make_input, expected",
+    [
+        (lambda tmp: tmp / "missing", "no such directory"),
+        (lambda tmp: (tmp / "file.txt").write_text("x") and tmp / "file.txt", "not a directory"),
+        (lambda tmp: (tmp / "empty").mkdir() or tmp / "empty", "no Triton kernel folders found"),
+    ],
+)
 def test_bad_input_paths_give_one_line_and_exit_3(make_input, expected, tmp_path):
     path = make_input(tmp_path)
     r = kdb_subprocess(tmp_path / "home", "ingest", str(path), "--tag", "x")
@@ -135,7 +140,9 @@ def test_verify_catches_deleted_and_truncated_and_renamed_blobs(ingested, capsys
     assert r.code == ExitCode.INTEGRITY and f"blob {digest} is missing" in r.out
     # truncate another blob
     con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
-    others = [row[0] for row in con.execute("SELECT DISTINCT hash FROM files WHERE kind = 'llir' ORDER BY hash").fetchall()]
+    others = [
+        row[0] for row in con.execute("SELECT DISTINCT hash FROM files WHERE kind = 'llir' ORDER BY hash").fetchall()
+    ]
     con.close()
     store = Home(home).store
     trunc = store.path_for(others[0])
@@ -196,8 +203,9 @@ def _catalog_dump(path: Path) -> dict[str, list]:
     try:
         names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall()]
         dump = {t: sorted(map(repr, con.execute(f'SELECT * FROM "{t}"').fetchall())) for t in names}
-        dump["-- ddl"] = con.execute("SELECT sql FROM duckdb_tables() UNION ALL SELECT sql FROM duckdb_views() "
-                                     "WHERE NOT internal ORDER BY 1").fetchall()
+        dump["-- ddl"] = con.execute(
+            "SELECT sql FROM duckdb_tables() UNION ALL SELECT sql FROM duckdb_views() WHERE NOT internal ORDER BY 1"
+        ).fetchall()
         return dump
     finally:
         con.close()
@@ -206,8 +214,9 @@ def _catalog_dump(path: Path) -> dict[str, list]:
 def _free_blocks(path: Path) -> tuple[int, int]:
     con = duckdb.connect(str(path), read_only=True)
     try:
-        return con.execute("SELECT free_blocks, total_blocks FROM pragma_database_size() "
-                           "WHERE database_name = current_database()").fetchone()
+        return con.execute(
+            "SELECT free_blocks, total_blocks FROM pragma_database_size() WHERE database_name = current_database()"
+        ).fetchone()
     finally:
         con.close()
 
@@ -239,8 +248,11 @@ def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, tmp_
     assert kdb(capsys, home, "verify").code == 0
     exe = duckdb_shell()
     assert exe, "the duckdb shell (pip package duckdb-cli) is a test dependency"
-    out = subprocess.run([exe, "-readonly", "-csv", "-noheader", str(catalog), "-c",
-                          "SELECT count(*) FROM kernels"], capture_output=True, text=True)
+    out = subprocess.run(
+        [exe, "-readonly", "-csv", "-noheader", str(catalog), "-c", "SELECT count(*) FROM kernels"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == n_kernels
     # the compacted catalog takes new snapshots and removals like the original
@@ -298,8 +310,11 @@ def test_catalog_opens_in_duckdb_cli(ingested):
     assert exe, "the duckdb shell (pip package duckdb-cli) is a test dependency"
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     assert version.startswith("v1.5"), version
-    out = subprocess.run([exe, "-readonly", "-csv", str(home / "catalog.duckdb"), "-c",
-                          "SELECT tag, kernel_count FROM snapshots"], capture_output=True, text=True)
+    out = subprocess.run(
+        [exe, "-readonly", "-csv", str(home / "catalog.duckdb"), "-c", "SELECT tag, kernel_count FROM snapshots"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[1].startswith("snap,")
 
@@ -316,17 +331,21 @@ def test_sql_formats(ingested, capsys):
 
 
 def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, capsys):
-    from kdb.nvtools import find_tool
+    from kdb.analysis.nvidia.tools import find_tool
 
     n = corpus_manifest["snapshots"]["t3.6.0-sm80"]["kernel_count"]
     cache = unpack_snapshot("t3.6.0-sm80")
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "plain", "-q", "--no-sass").code == 0
-    assert kdb(capsys, home, "ingest", str(cache), "--tag", "full", "-q", "--replace").code == 0  # known folders: reused
+    assert (
+        kdb(capsys, home, "ingest", str(cache), "--tag", "full", "-q", "--replace").code == 0
+    )  # known folders: reused
     q = "SELECT tag, instr_source, count(*) AS n, bool_and(instr_count = ptx_instr_count) AS same FROM kernels GROUP BY ALL ORDER BY tag"
     rows = kdb(capsys, home, "sql", q, "--format", "json").json()
-    assert rows == [{"tag": "full", "instr_source": "ptx", "n": n, "same": True},
-                    {"tag": "plain", "instr_source": "ptx", "n": n, "same": True}]
+    assert rows == [
+        {"tag": "full", "instr_source": "ptx", "n": n, "same": True},
+        {"tag": "plain", "instr_source": "ptx", "n": n, "same": True},
+    ]
     # a fresh home with the default records SASS wherever nvdisasm exists
     other = tmp_path / "other"
     assert kdb(capsys, other, "ingest", str(cache), "--tag", "full", "-q").code == 0

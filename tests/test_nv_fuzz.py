@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -9,9 +10,9 @@ from conftest import CORPUS, load_manifest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kdb.analysis.nvidia.cubin import parse_cubin
+from kdb.analysis.nvidia.ptx import parse_ptx
 from kdb.errors import ParseError
-from kdb.parsers.cubin import parse_cubin
-from kdb.parsers.ptx import parse_ptx
 
 
 def _cuda_snapshot() -> str | None:
@@ -45,9 +46,9 @@ def _mutate(data: bytes, seed_ops: list[tuple[int, int, int]]) -> bytes:
         if kind == 0:
             buf[pos] = value
         elif kind == 1:
-            del buf[pos:pos + value + 1]
+            del buf[pos : pos + value + 1]
         else:
-            buf[pos:pos] = buf[pos:pos + value + 1]
+            buf[pos:pos] = buf[pos : pos + value + 1]
     return bytes(buf)
 
 
@@ -55,10 +56,8 @@ EDITS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1 << 20), st.intege
 
 
 def _only_parse_error(fn, data) -> None:
-    try:
+    with contextlib.suppress(ParseError):
         fn(data)
-    except ParseError:
-        pass
 
 
 @FUZZ
@@ -87,4 +86,4 @@ def test_parse_ptx_fuzz(seeds, which: int, edits, as_bytes: bool) -> None:
 def test_parse_cubin_fuzz_header(seeds, header: bytes) -> None:
     """Random ELF headers over a real body: the header fields pyelftools trusts most."""
     cubins, _ = seeds
-    _only_parse_error(parse_cubin, header + cubins[0][len(header):])
+    _only_parse_error(parse_cubin, header + cubins[0][len(header) :])

@@ -8,7 +8,6 @@ not a list of cases.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -36,7 +35,7 @@ def corpus_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[pm
 def same_target_diffs(corpus_home) -> list[tuple[pm.Snapshot, pm.Snapshot, dict]]:
     home, snapshots = corpus_home
     pairs = pm.pairs_to_check(snapshots)
-    return [(a, b, doc) for (a, b), doc in zip(pairs, pm.diff_documents(home, pairs))]
+    return [(a, b, doc) for (a, b), doc in zip(pairs, pm.diff_documents(home, pairs), strict=True)]
 
 
 def _report(scores: list[pm.PairScore], snapshots: list[pm.Snapshot], name: str) -> str:

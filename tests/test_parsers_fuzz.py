@@ -3,6 +3,7 @@ Only kdb.errors.ParseError may escape."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -11,10 +12,10 @@ from conftest import CORPUS, load_manifest, unpack_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kdb.analysis.amd.amdgcn import parse_amdgcn
+from kdb.analysis.amd.hsaco import parse_hsaco
 from kdb.errors import ParseError
-from kdb.parsers.amdgcn import parse_amdgcn
-from kdb.parsers.hsaco import parse_hsaco
-from kdb.parsers.ttgir import parse_ttgir
+from kdb.triton.ttgir import parse_ttgir
 
 
 def _seed_files() -> dict[str, list[bytes]]:
@@ -37,8 +38,12 @@ def _seed_files() -> dict[str, list[bytes]]:
 
 SEEDS = _seed_files()
 needs_seeds = pytest.mark.skipif(not SEEDS["hsaco"], reason="corpus/manifest.json with AMD snapshots not built")
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @st.composite
@@ -58,15 +63,13 @@ def mutated(draw: st.DrawFn, kind: str) -> bytes:
     # splice: overwrite a window with random bytes (hits length fields and counts together)
     start = draw(st.integers(0, len(data) - 1))
     patch = draw(st.binary(min_size=1, max_size=64))
-    data[start:start + len(patch)] = patch
+    data[start : start + len(patch)] = patch
     return bytes(data[: len(seed)])
 
 
 def _only_parse_error(call, *args) -> None:
-    try:
+    with contextlib.suppress(ParseError):
         call(*args)
-    except ParseError:
-        pass
 
 
 @needs_seeds
@@ -109,8 +112,10 @@ def test_real_seeds_parse() -> None:
 
 def test_huge_numbers_are_not_a_crash() -> None:
     digits = "9" * 5000  # int() refuses more than 4300 digits
-    asm = (f'.type k,@function\nk:\n.file {digits} "a" "b"\n.loc 1 {digits} 0\n'
-           f'.amdhsa_next_free_vgpr {digits}\ns_nop 0 ; {digits}-byte Folded Spill\n; -- End function\n'
-           f"; Kernel info:\n; Occupancy: {digits}\n")
+    asm = (
+        f'.type k,@function\nk:\n.file {digits} "a" "b"\n.loc 1 {digits} 0\n'
+        f".amdhsa_next_free_vgpr {digits}\ns_nop 0 ; {digits}-byte Folded Spill\n; -- End function\n"
+        f"; Kernel info:\n; Occupancy: {digits}\n"
+    )
     _only_parse_error(parse_amdgcn, asm)
     _only_parse_error(parse_ttgir, f'module attributes {{"ttg.num-warps" = {digits} : i32}} {{\n}}')

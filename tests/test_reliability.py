@@ -30,8 +30,12 @@ def amd(corpus_manifest, unpack_snapshot):
 
 
 def _start(home: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kdb", "--home", str(home), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kdb", "--home", str(home), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
@@ -82,6 +86,7 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 60) -> bool:
 
 # -- crashes -------------------------------------------------------------------------------------
 
+
 def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
     """bench/crash_harness.py with fewer trials: each kill leaves a verifiable home, the redo succeeds."""
     lines: list[str] = []
@@ -89,8 +94,9 @@ def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
     # some runs finish before their kill. The harness adds trials until enough of each kind were
     # really killed before finishing, and this test fails if even the extra trials do not get there.
     wanted = {"ingest": 4, "rm": 2, "gc": 2}
-    report = crash_harness.run({"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, min_killed=wanted,
-                               log=lines.append)
+    report = crash_harness.run(
+        {"ingest": 6, "rm": 3, "gc": 3}, SEED, workdir=tmp_path, min_killed=wanted, log=lines.append
+    )
     summary = "\n".join(lines) + "\n" + report.summary()
     assert sum(report.trials.values()) >= 12, summary
     assert report.inconsistencies == [], summary
@@ -102,7 +108,7 @@ def test_sigkilled_ingest_rm_and_gc_leave_consistent_home(tmp_path):
 def test_ingest_killed_before_migrations_leaves_verifiable_home(tmp_path, capsys):
     """Regression: the catalog used to appear under its name before its migrations ran, so a kill in
     between left a catalog every reader refused. Now the first file a kill can leave is fully migrated."""
-    from kdb.catalog import Catalog
+    from kdb.store.catalog import Catalog
 
     home = tmp_path / "home"
     Catalog._create(home / "catalog.duckdb")
@@ -126,6 +132,7 @@ def test_harness_store_check_sees_a_partial_blob(amd, tmp_path, capsys):
 
 
 # -- concurrent writers --------------------------------------------------------------------------
+
 
 def test_two_ingests_at_once_both_complete(amd, tmp_path, capsys):
     cache, kernels, files = amd
@@ -177,6 +184,7 @@ def test_second_writer_with_wait_0_exits_busy(amd, tmp_path, capsys):
 
 # -- readers while a writer runs -----------------------------------------------------------------
 
+
 def test_kdb_sql_during_ingest_succeeds_or_waits(amd, tmp_path, capsys):
     """README: readers work while an ingest runs; during its final commit they wait for it."""
     cache, kernels, files = amd
@@ -212,8 +220,20 @@ def test_duckdb_shell_during_ingest_sees_all_or_nothing(amd, tmp_path, capsys):
     writer = _start(home, "ingest", str(cache), "--tag", "new", "-q", "-j", "1")
     ok, refused = [], []
     while writer.poll() is None:
-        r = subprocess.run([exe, "-readonly", "-csv", "-noheader", str(home / "catalog.duckdb"), "-c",
-                            "SELECT count(*), sum(file_count) FROM snapshots"], check=False, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                exe,
+                "-readonly",
+                "-csv",
+                "-noheader",
+                str(home / "catalog.duckdb"),
+                "-c",
+                "SELECT count(*), sum(file_count) FROM snapshots",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
         if r.returncode == 0:
             ok.append(r.stdout.strip())
         else:
@@ -232,10 +252,17 @@ def test_ingest_waits_for_open_duckdb_shell_within_wait(amd, tmp_path, capsys):
     cache, kernels, files = amd
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "base", "-q").code == 0
-    shell = subprocess.Popen([exe, "-readonly", str(home / "catalog.duckdb")], stdin=subprocess.PIPE,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    shell = subprocess.Popen(
+        [exe, "-readonly", str(home / "catalog.duckdb")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
-        assert _wait_for(lambda: _file_locked_by_other(home / "catalog.duckdb"), shell, 30), "the shell never opened the catalog"
+        assert _wait_for(lambda: _file_locked_by_other(home / "catalog.duckdb"), shell, 30), (
+            "the shell never opened the catalog"
+        )
         started = time.monotonic()
         r = kdb_subprocess(home, "--wait", "1", "ingest", str(cache), "--tag", "refused", "-q")
         elapsed = time.monotonic() - started

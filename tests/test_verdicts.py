@@ -48,8 +48,12 @@ def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(same_target
     drops = neutral_sgpr = 0
     for a, b, doc in same_target_diffs:
         ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
-        drop = [i for i, k in enumerate(ranked) if not _grew(k, SPILL_COLUMNS[_backend(k)])
-                and ((k["metrics"].get("occupancy") or {}).get("delta") or 0) < 0]
+        drop = [
+            i
+            for i, k in enumerate(ranked)
+            if not _grew(k, SPILL_COLUMNS[_backend(k)])
+            and ((k["metrics"].get("occupancy") or {}).get("delta") or 0) < 0
+        ]
         rest = [i for i, k in enumerate(ranked) if not _grew(k, SPILL_COLUMNS[_backend(k)]) and i not in drop]
         if drop and rest:
             assert max(drop) < min(rest), (a.tag, b.tag)
@@ -66,11 +70,18 @@ def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(same_target
 
 def test_occupancy_llvm_equals_the_compilers_comment_on_every_kernel(corpus_home) -> None:  # noqa: F811
     home, _ = corpus_home
-    rows = json.loads(kdb_subprocess(home, "sql", """
+    rows = json.loads(
+        kdb_subprocess(
+            home,
+            "sql",
+            """
         SELECT k.tag, k.cache_key, k.arch, k.vgpr_count, k.waves_per_eu, k.occupancy_llvm, k.occupancy_llvm_limiter,
                k.occupancy, k.occupancy_limiter, k.vgpr_headroom, a.asm_occupancy
         FROM kernels k JOIN kernel_analysis a USING (folder_digest) WHERE k.backend = 'hip'""",
-                                      "--format", "json").stdout)
+            "--format",
+            "json",
+        ).stdout
+    )
     with_comment = [r for r in rows if r["asm_occupancy"] is not None]
     assert len(with_comment) > 1000, len(with_comment)
     wrong = [r for r in with_comment if r["occupancy_llvm"] != r["asm_occupancy"]]

@@ -56,7 +56,9 @@ class Driver:
         self.device = ctypes.c_int()
         self.check(self.lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
         self.context = ctypes.c_void_p()
-        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
+        self.check(
+            self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain"
+        )
         self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def check(self, status: int, what: str) -> None:
@@ -100,8 +102,12 @@ class Driver:
 
     def blocks_per_sm(self, func: ctypes.c_void_p, block: int, dynamic_shared: int) -> int:
         n = ctypes.c_int()
-        self.check(self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(n), func, block, ctypes.c_size_t(dynamic_shared)), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        self.check(
+            self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(n), func, block, ctypes.c_size_t(dynamic_shared)
+            ),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
         return n.value
 
 
@@ -133,10 +139,16 @@ def measure(drv: Driver, cubin: Path, meta: dict, optin: int) -> list[dict]:
             drv.set_max_dynamic_shared(func, dynamic)
             blocks = drv.blocks_per_sm(func, warps * 32, dynamic)
             row = {
-                "cache_key": cubin.parent.name, "kernel": name, "num_warps": warps, "shared": dynamic,
-                "sweep": sweep, "registers": drv.func_attribute(func, FUNC_NUM_REGS), "static_shared": static,
+                "cache_key": cubin.parent.name,
+                "kernel": name,
+                "num_warps": warps,
+                "shared": dynamic,
+                "sweep": sweep,
+                "registers": drv.func_attribute(func, FUNC_NUM_REGS),
+                "static_shared": static,
                 "local_bytes": drv.func_attribute(func, FUNC_LOCAL_SIZE_BYTES),
-                "blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
+                "blocks_per_sm": blocks,
+                "warps_per_sm": blocks * warps,
             }
         finally:
             drv.unload(module)
@@ -183,8 +195,12 @@ def main() -> int:
     for cubin, meta in folders:
         rows.extend(measure(drv, cubin, meta, optin))
     result = {
-        "snapshot": args.snapshot, "arch": 90, "device": drv.name(), "driver_version": drv.driver_version(),
-        "device_attributes": device, "api": "cuOccupancyMaxActiveBlocksPerMultiprocessor (libcuda via ctypes)",
+        "snapshot": args.snapshot,
+        "arch": 90,
+        "device": drv.name(),
+        "driver_version": drv.driver_version(),
+        "device_attributes": device,
+        "api": "cuOccupancyMaxActiveBlocksPerMultiprocessor (libcuda via ctypes)",
         "kernels": rows,
     }
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

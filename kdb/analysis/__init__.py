@@ -1,0 +1,8 @@
+"""Analysis of one kernel folder's bytes into catalog rows (kdb.analysis.folder), with one subpackage per
+GPU vendor behind a small registry (kdb.analysis.registry): kdb.analysis.amd (code object, asm listing,
+occupancy tables, llvm-objdump) and kdb.analysis.nvidia (cubin, PTX, occupancy tables, nvdisasm/cuobjdump).
+Parsers are pure functions of bytes that raise only kdb.errors.ParseError; only amd.disasm and
+nvidia.tools run external programs. Owns pyelftools (in the ELF parsers amd.hsaco and nvidia.cubin).
+
+May import: kdb.errors, kdb.triton. Never the store, the catalog, ingest or diff.
+"""

@@ -1,0 +1,404 @@
+"""The `.amdgcn` assembly Triton writes: instruction mix, spills, source lines and LLVM's `; Kernel info` block.
+
+Instruction groups follow shared/reference/instruction-mix.md (first match wins).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kdb.errors import ParseError
+
+# Bounds against hostile input: real listings are at most a few MB. Numbers in the regexes are
+# length-bounded too, since int() refuses strings of more than 4300 digits.
+MAX_TEXT_CHARS = 256 * 1024 * 1024
+MAX_LINE_CHARS = 64 * 1024
+
+# 	.type	mm_k,@function
+TYPE_FUNCTION_RE = re.compile(r"^\.type\s+([^\s,]+)\s*,\s*@function\b")
+# mm_k:                                   ; @mm_k
+LABEL_RE = re.compile(r"^([A-Za-z_.$][\w.$]*):")
+# .Lfunc_end0:
+FUNC_END_RE = re.compile(r"^\.Lfunc_end\d+:")
+#                                         ; -- End function
+END_FUNCTION_COMMENT = "; -- End function"
+# 	.file	1 "/tmp/dev" "build.py"      (also `.file 1 "/abs/build.py"`, and an optional `md5 0x…` tail)
+FILE_RE = re.compile(r'^\.file\s+(\d{1,9})\s+"((?:[^"\\]|\\.)*)"(?:\s+"((?:[^"\\]|\\.)*)")?')
+# 	.loc	1 22 25 is_stmt 1               ; build.py:22:25
+LOC_RE = re.compile(r"^\.loc\s+(\d{1,9})\s+(\d{1,9})\b")
+# 	buffer_store_dword v1, off, s[0:3], 0 offset:4 ; 4-byte Folded Spill
+FOLDED_RE = re.compile(r";\s*(\d{1,9})-byte Folded (Spill|Reload)\b")
+# ; Kernel info:
+KERNEL_INFO_HEADER_RE = re.compile(r"^;\s*Kernel info:\s*$")
+# ; codeLenInByte = 7228          ; TotalNumSgprs: 24          ; COMPUTE_PGM_RSRC2:SCRATCH_EN: 0
+KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*)$")
+# 	.amdhsa_private_segment_fixed_size 664
+AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d{1,19})\b")
+#   .vgpr_count:     334      (a key of a kernel map in the `.amdgpu_metadata` YAML)
+YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):(?P<value>.*)$")
+# `buffer_store_dword v1, off, s[0:3], 0 offset:4`: MUBUF with no vaddr, addressing the scratch descriptor
+MUBUF_SCRATCH_OPERANDS_RE = re.compile(r"^[^,]+,\s*off\s*,\s*s\[")
+
+# buffer_load_dword v1, s[4:7], 0 offen lds      (MUBUF loading straight into LDS: a modifier, not a mnemonic)
+LDS_MODIFIER_RE = re.compile(r"\blds\b")
+
+GROUPS = (
+    "matrix",
+    "agpr_move",
+    "scratch",
+    "lds_dma",
+    "lds",
+    "scalar_mem",
+    "vmem_load",
+    "vmem_store",
+    "vmem_atomic",
+    "wait",
+    "barrier",
+    "branch",
+    "nop",
+    "sched",
+    "conversion",
+    "transcendental",
+    "valu",
+    "salu",
+    "other",
+)
+
+_PREFIX_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("matrix", ("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")),
+    ("agpr_move", ("v_accvgpr_read", "v_accvgpr_write", "v_accvgpr_mov")),
+    ("scratch", ("scratch_",)),
+    ("lds_dma", ("global_load_lds_",)),
+    ("lds", ("ds_",)),
+    (
+        "scalar_mem",
+        (
+            "s_load",
+            "s_buffer_load",
+            "s_store",
+            "s_buffer_store",
+            "s_dcache",
+            "s_memtime",
+            "s_prefetch_data",
+            "s_atomic",
+        ),
+    ),
+    (
+        "vmem_load",
+        ("global_load", "buffer_load", "flat_load", "image_load", "image_sample", "image_gather", "tbuffer_load"),
+    ),
+    ("vmem_store", ("global_store", "buffer_store", "flat_store", "image_store", "tbuffer_store")),
+    ("vmem_atomic", ("global_atomic", "buffer_atomic", "flat_atomic", "image_atomic")),
+    ("wait", ("s_waitcnt", "s_wait_")),
+    ("barrier", ("s_barrier",)),
+    ("branch", ("s_branch", "s_cbranch_", "s_setpc", "s_swappc", "s_getpc", "s_call", "s_endpgm", "s_trap")),
+    ("nop", ("s_nop", "s_code_end")),
+    ("sched", ("s_delay_alu", "s_setprio", "s_sleep", "s_clause", "s_sched_")),
+    ("conversion", ("v_cvt_",)),
+    (
+        "transcendental",
+        (
+            "v_exp_",
+            "v_log_",
+            "v_rcp_",
+            "v_rsq_",
+            "v_sqrt_",
+            "v_sin_",
+            "v_cos_",
+            "v_s_exp_",
+            "v_s_log_",
+            "v_s_rcp_",
+            "v_s_rsq_",
+            "v_s_sqrt_",
+        ),
+    ),
+    ("valu", ("v_",)),
+    ("salu", ("s_",)),
+)
+
+
+def classify(mnemonic: str, private_segment: bool, operands: str | None = None) -> str:
+    """Group of one mnemonic. MUBUF buffer_load/store count as scratch when the kernel has a private
+    segment and, if operands are given, they address it with no vaddr (`off, s[..]`); with only a
+    mnemonic (disassembler counts) every such MUBUF access of a scratch-using kernel counts as scratch."""
+    return _group(mnemonic.lower(), private_segment, *_operand_flags(operands))
+
+
+def _operand_flags(operands: str | None) -> tuple[bool, bool | None]:
+    """(has the `lds` modifier, addresses scratch with no vaddr); None: operands unknown."""
+    if operands is None:
+        return False, None
+    return LDS_MODIFIER_RE.search(operands) is not None, MUBUF_SCRATCH_OPERANDS_RE.match(operands) is not None
+
+
+def _group(mnemonic: str, private_segment: bool, lds_modifier: bool, scratch_operands: bool | None) -> str:
+    if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic or lds_modifier):
+        return "lds_dma"
+    if (
+        private_segment
+        and mnemonic.startswith(("buffer_load", "buffer_store"))
+        and (scratch_operands is None or scratch_operands)
+    ):
+        return "scratch"
+    for group, prefixes in _PREFIX_GROUPS:
+        if mnemonic.startswith(prefixes):
+            return group
+    return "other"
+
+
+@dataclass(frozen=True)
+class AsmKernel:
+    name: str
+    kernel_info: dict[str, int | str]  # `; Kernel info:` block as written (empty before Triton 3.2)
+    metadata: dict[str, int | str | bool]  # scalar keys of this kernel in the `.amdgpu_metadata` YAML
+    amdhsa: dict[str, int]  # `.amdhsa_*` descriptor directives
+    mnemonics: dict[str, int]  # full mnemonic -> count
+    groups: dict[str, int]  # group -> count
+    mix: dict[tuple[str, str], int]  # (mnemonic, group) -> count; MUBUF scratch vs global needs the operands
+    spill_count: int  # instructions commented `; N-byte Folded Spill`
+    reload_count: int  # `; N-byte Folded Reload`
+    spill_bytes: int
+    reload_bytes: int
+    scratch_instructions: int  # instructions in the 'scratch' group
+    lines: dict[tuple[str, int, str], int]  # (source file, line, group) -> count; line 0 = no line
+    instruction_count: int
+    private_segment: bool
+
+    @property
+    def occupancy(self) -> int | None:
+        value = self.kernel_info.get("Occupancy")
+        return value if isinstance(value, int) else None
+
+
+@dataclass(frozen=True)
+class AsmListing:
+    target: str | None  # `.amdgcn_target`, e.g. 'amdgcn-amd-amdhsa--gfx942'
+    kernels: list[AsmKernel] = field(default_factory=list)
+
+
+@dataclass
+class _Building:
+    name: str
+    # (mnemonic, source file, line, operand flags) -> count: only MUBUF mnemonics need their operands
+    # (lds modifier, scratch addressing), and the group waits for the private segment size, which the
+    # descriptor after the function gives.
+    counts: Counter[tuple[str, str, int, tuple[bool, bool | None]]] = field(default_factory=Counter)
+    spill_count: int = 0
+    reload_count: int = 0
+    spill_bytes: int = 0
+    reload_bytes: int = 0
+    kernel_info: dict[str, int | str] = field(default_factory=dict)
+    amdhsa: dict[str, int] = field(default_factory=dict)
+
+
+_NO_OPERAND_FLAGS: tuple[bool, bool | None] = (False, None)
+# 	v_mfma_f32_32x32x8_f16 ...: a mnemonic is lowercase letters, digits, `_` and `.`
+MNEMONIC_RE = re.compile(r"[a-z][a-z0-9_.]*\Z")
+
+
+# 	.amdgcn_target "amdgcn-amd-amdhsa--gfx942"
+TARGET_RE = re.compile(r'^\.amdgcn_target\s+"([^"]*)"')
+
+
+def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state machine, kept in one piece)
+    """Parse Triton's `.amdgcn` text. Raises ParseError when it holds no kernel function."""
+    if not isinstance(text, str):
+        raise ParseError("assembly is not text")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ParseError(f"assembly of {len(text)} characters is larger than any real listing")
+    functions: set[str] = set()
+    files: dict[int, str] = {}
+    target: str | None = None
+    done: list[_Building] = []
+    current: _Building | None = None
+    info_for: _Building | None = None  # kernel whose `; Kernel info` block may follow
+    in_info = False
+    loc_file, loc_line = "", 0
+    yaml_lines: list[str] = []
+    in_yaml = False
+    mnemonic_ok: dict[str, bool] = {}
+
+    for raw in text.splitlines():
+        if len(raw) > MAX_LINE_CHARS:
+            raise ParseError(f"assembly line of {len(raw)} characters")
+        line = raw.strip()
+        if in_yaml:
+            if line == ".end_amdgpu_metadata":
+                in_yaml = False
+            else:
+                yaml_lines.append(raw.rstrip())
+            continue
+        if in_info:
+            match = KERNEL_INFO_LINE_RE.match(line)
+            if match and info_for is not None:
+                _info_entry(info_for.kernel_info, match.group("body").rstrip())
+                continue
+            in_info = False
+        if not line:
+            continue
+        first = line[0]
+        if first == ";":
+            if line.startswith(END_FUNCTION_COMMENT) and current is not None:
+                done.append(current)
+                info_for, current = current, None
+            elif "Kernel info" in line and KERNEL_INFO_HEADER_RE.match(line) and info_for is not None:
+                in_info = True
+            continue
+        if first == ".":
+            if match := LOC_RE.match(line):
+                loc_file, loc_line = files.get(int(match.group(1)), ""), int(match.group(2))
+            elif match := FILE_RE.match(line):
+                directory, name = match.group(2), match.group(3)
+                path = directory if name is None else posixpath.join(directory, name)
+                files[int(match.group(1))] = _unescape(path)
+            elif match := TYPE_FUNCTION_RE.match(line):
+                functions.add(match.group(1))
+            elif match := AMDHSA_DIRECTIVE_RE.match(line):
+                if current is not None:
+                    current.amdhsa[match.group(1)] = int(match.group(2))
+            elif FUNC_END_RE.match(line) and current is not None:
+                done.append(current)
+                info_for, current = current, None
+            elif line == ".amdgpu_metadata":
+                in_yaml = True
+            elif match := TARGET_RE.match(line):
+                target = match.group(1)
+            continue
+        code, _, comment = line.partition(";")
+        parts = code.split(None, 1)
+        if not parts:
+            continue
+        token = parts[0]
+        if ":" in token and (match := LABEL_RE.match(line)):
+            if match.group(1) in functions:
+                if current is not None:
+                    done.append(current)
+                current = _Building(match.group(1))
+                loc_file, loc_line = "", 0
+            continue
+        if current is None:
+            continue
+        valid = mnemonic_ok.get(token)
+        if valid is None:
+            valid = mnemonic_ok[token] = MNEMONIC_RE.match(token) is not None
+        if not valid:
+            continue
+        flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") else _NO_OPERAND_FLAGS
+        current.counts[(token, loc_file, loc_line, flags)] += 1
+        if comment and "Folded" in comment and (folded := FOLDED_RE.search(";" + comment)):
+            size = int(folded.group(1))
+            if folded.group(2) == "Spill":
+                current.spill_count += 1
+                current.spill_bytes += size
+            else:
+                current.reload_count += 1
+                current.reload_bytes += size
+    if current is not None:
+        done.append(current)
+    if not done:
+        raise ParseError("no kernel function found in the assembly")
+    yaml_meta = _yaml_kernels(yaml_lines)
+    return AsmListing(target, [_finish(b, yaml_meta.get(b.name, {})) for b in done])
+
+
+def _unescape(value: str) -> str:
+    return value.replace('\\"', '"').replace("\\\\", "\\")
+
+
+def _info_entry(info: dict[str, int | str], body: str) -> None:
+    # Both `key = value` and `key: value`; keys may themselves hold colons (COMPUTE_PGM_RSRC2:SCRATCH_EN).
+    if " = " in body:
+        key, _, value = body.partition(" = ")
+    else:
+        key, sep, value = body.rpartition(":")
+        if not sep:
+            return
+    key, value = key.strip(), value.strip()
+    if key:
+        info[key] = _scalar(value)
+
+
+def _scalar(value: str) -> int | str:
+    try:
+        return int(value, 0) if len(value) < 40 else value
+    except ValueError:
+        return value
+
+
+def _yaml_kernels(lines: list[str]) -> dict[str, dict[str, int | str | bool]]:
+    """Scalar keys of each `amdhsa.kernels` entry; nested lists (.args) are skipped by indentation."""
+    kernels: list[dict[str, int | str | bool]] = []
+    entry_indent: int | None = None
+    in_kernels = False
+    for line in lines:
+        if not line.startswith(" "):
+            in_kernels = line.startswith("amdhsa.kernels:")
+            continue
+        if not in_kernels:
+            continue
+        match = YAML_KEY_RE.match(line)
+        if match is None:
+            continue
+        indent = len(match.group("indent"))
+        if match.group("dash") and (entry_indent is None or indent == entry_indent):
+            entry_indent = indent
+            kernels.append({})
+        elif entry_indent is None or indent != entry_indent + 2 or not kernels:
+            continue
+        value = match.group("value").strip()
+        if value == "":
+            continue
+        kernels[-1][match.group("key")] = _yaml_scalar(value)
+    return {str(k.get("name")): k for k in kernels if "name" in k}
+
+
+def _yaml_scalar(value: str) -> int | str | bool:
+    if value in ("true", "false"):
+        return value == "true"
+    scalar = _scalar(value)
+    if isinstance(scalar, str) and len(scalar) >= 2 and scalar[0] == scalar[-1] and scalar[0] in "'\"":
+        return scalar[1:-1]
+    return scalar
+
+
+def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKernel:
+    info = building.kernel_info
+    scratch_size, private_size = info.get("ScratchSize"), metadata.get("private_segment_fixed_size")
+    private = (
+        building.amdhsa.get("private_segment_fixed_size", 0) > 0
+        or building.amdhsa.get("enable_private_segment", 0) > 0
+        or (isinstance(scratch_size, int) and scratch_size > 0)
+        or (isinstance(private_size, int) and private_size > 0)
+    )
+    mnemonics: Counter[str] = Counter()
+    groups: Counter[str] = Counter()
+    lines: Counter[tuple[str, int, str]] = Counter()
+    mix: Counter[tuple[str, str]] = Counter()
+    instruction_count = 0
+    for (mnemonic, file, line, flags), count in building.counts.items():
+        group = _group(mnemonic, private, *flags)
+        instruction_count += count
+        mnemonics[mnemonic] += count
+        groups[group] += count
+        mix[(mnemonic, group)] += count
+        lines[(file, line, group)] += count
+    return AsmKernel(
+        name=building.name,
+        kernel_info=dict(info),
+        metadata=metadata,
+        amdhsa=dict(building.amdhsa),
+        mnemonics=dict(mnemonics),
+        groups=dict(groups),
+        mix=dict(mix),
+        spill_count=building.spill_count,
+        reload_count=building.reload_count,
+        spill_bytes=building.spill_bytes,
+        reload_bytes=building.reload_bytes,
+        scratch_instructions=groups.get("scratch", 0),
+        lines=dict(lines),
+        instruction_count=instruction_count,
+        private_segment=private,
+    )

@@ -1,0 +1,348 @@
+"""AMD code objects (HSACO): target, per-kernel metadata note and kernel descriptors.
+
+Layout facts: shared/reference/amd-code-objects.md (checked against LLVM 22's llvm-readelf/objdump).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec
+from kdb.errors import ParseError
+
+EM_AMDGPU = 224
+ELFOSABI_AMDGPU_HSA = 64
+NT_AMDGPU_METADATA = 32
+# e_ident[EI_ABIVERSION] -> code-object version, for OS ABI AMDGPU_HSA.
+CODE_OBJECT_VERSIONS = {1: 3, 2: 4, 3: 5, 4: 6}
+# gfx10-3-generic, gfx9-4-generic, gfx11-generic
+GENERIC_NAME_RE = re.compile(r"^gfx(\d{1,2})-")
+FEATURE_STATES = ("unsupported", "any", "off", "on")  # v4+ two-bit xnack/sramecc fields
+KERNEL_DESCRIPTOR_SIZE = 64
+# Real notes are a few KB per kernel; refuse anything that would make msgpack build huge objects.
+MAX_NOTE_BYTES = 64 * 1024 * 1024
+MAX_JSON_DEPTH = 64
+
+# Errors pyelftools, struct and msgpack raise on malformed input; all become ParseError at one place.
+_LIBRARY_ERRORS: tuple[type[BaseException], ...] = (
+    ELFError,
+    ConstructError,
+    struct.error,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    OverflowError,
+    ZeroDivisionError,
+    UnicodeDecodeError,
+    RecursionError,
+    EOFError,
+    msgpack.exceptions.UnpackException,
+)
+
+
+@dataclass(frozen=True)
+class KernelObject:
+    name: str
+    symbol: str  # the descriptor symbol, `<name>.kd`
+    metadata: dict[str, Any]  # the whole per-kernel msgpack map, JSON-safe
+    vgpr_count: int  # total allocated, AGPRs folded in on gfx90a+
+    agpr_count: int | None  # only on matrix-core targets
+    sgpr_count: int  # reserved VCC/flat-scratch/XNACK included
+    vgpr_spill_count: int
+    sgpr_spill_count: int
+    group_segment_fixed_size: int  # static LDS; 0 for Triton (its LDS is dynamic)
+    private_segment_fixed_size: int  # scratch bytes per work-item
+    wavefront_size: int
+    max_flat_workgroup_size: int
+    kernarg_segment_size: int
+    uses_dynamic_stack: bool
+    # Kernel descriptor (raw fields, then derived counts)
+    granulated_vgpr: int
+    granulated_sgpr: int
+    accum_offset: int | None  # raw ACCUM_OFFSET field, gfx90a+ only
+    wgp_mode: bool | None  # gfx10+ only
+    wave32: bool
+    private_segment_enabled: bool
+    user_sgpr_count: int
+    entry_offset: int  # signed, from the descriptor to the code
+    descriptor_vgprs: int  # rounded-up VGPR(+AGPR) count encoded in the descriptor
+    descriptor_arch_vgprs: int | None  # architected VGPRs; None on gfx908 (descriptor holds max(VGPR, AGPR))
+    descriptor_sgprs: int | None  # gfx9 only; gfx10+ writes 0 there
+    code_offset: int  # file offset of the first instruction
+    code_size: int  # bytes, from the STT_FUNC symbol
+
+
+@dataclass(frozen=True)
+class CodeObject:
+    arch: str  # 'gfx942', or 'unknown-0xNN' for a processor kdb does not know
+    mach: int
+    xnack: str  # 'unsupported' / 'any' / 'off' / 'on'
+    sramecc: str
+    code_object_version: int | None
+    target: str | None  # `amdhsa.target` from the note, e.g. 'amdgcn-amd-amdhsa--gfx942'
+    kernels: list[KernelObject]
+
+
+def parse_hsaco(data: bytes) -> CodeObject:
+    """Parse an AMDGPU code object. Raises ParseError for anything that is not a readable v3+ HSACO."""
+    try:
+        return _parse(bytes(data))
+    except ParseError:
+        raise
+    except _LIBRARY_ERRORS as exc:
+        raise ParseError(f"malformed code object: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def _parse(data: bytes) -> CodeObject:
+    if len(data) < 64 or data[:4] != b"\x7fELF":
+        raise ParseError("not an ELF file")
+    if data[4] != 2 or data[5] != 1:
+        raise ParseError("not a 64-bit little-endian ELF")
+    elf = ELFFile(io.BytesIO(data))
+    if elf.header["e_machine"] not in ("EM_AMDGPU", EM_AMDGPU):
+        raise ParseError(f"not an AMDGPU ELF (e_machine {elf.header['e_machine']})")
+    # pyelftools names OS ABI 64 'ELFOSABI_ARM_AEABI' (same number): read the raw byte.
+    if data[7] != ELFOSABI_AMDGPU_HSA:
+        raise ParseError(f"OS ABI {data[7]} is not AMDGPU HSA")
+    version = CODE_OBJECT_VERSIONS.get(data[8])
+    flags = elf.header["e_flags"]
+    mach = flags & 0xFF
+    arch = ARCH_BY_MACH.get(mach, f"unknown-0x{mach:02x}")
+    if version is not None and version >= 4:
+        xnack, sramecc = FEATURE_STATES[(flags >> 8) & 3], FEATURE_STATES[(flags >> 10) & 3]
+    else:
+        xnack = "on" if flags & 0x100 else "off"
+        sramecc = "on" if flags & 0x200 else "off"
+
+    sections = _sections(elf, len(data))
+    note = _metadata_note(elf, data, sections)
+    target = note.get("amdhsa.target")
+    kernels_meta = note.get("amdhsa.kernels")
+    if not isinstance(kernels_meta, list):
+        raise ParseError("metadata note has no amdhsa.kernels list")
+    symbols = _symbols(elf)
+    kernels = [_kernel(meta, arch, symbols, sections, data) for meta in kernels_meta]
+    return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None, kernels)
+
+
+@dataclass(frozen=True)
+class _Section:
+    addr: int
+    offset: int
+    size: int
+    nobits: bool
+
+
+def _sections(elf: ELFFile, file_size: int) -> list[_Section]:
+    if elf.num_sections() > 4096:
+        raise ParseError(f"implausible section count {elf.num_sections()}")
+    result = []
+    for section in elf.iter_sections():
+        hdr = section.header
+        nobits = hdr["sh_type"] == "SHT_NOBITS"
+        if not nobits and hdr["sh_type"] != "SHT_NULL" and hdr["sh_offset"] + hdr["sh_size"] > file_size:
+            raise ParseError(f"section {section.name!r} extends past the end of the file")
+        result.append(_Section(hdr["sh_addr"], hdr["sh_offset"], hdr["sh_size"], nobits))
+    return result
+
+
+def _metadata_note(elf: ELFFile, data: bytes, sections: list[_Section]) -> dict[str, Any]:
+    for index, section in enumerate(elf.iter_sections()):
+        if section.header["sh_type"] != "SHT_NOTE":
+            continue
+        sec = sections[index]
+        for owner, note_type, desc in _notes(data[sec.offset : sec.offset + sec.size]):
+            if owner == b"AMDGPU" and note_type == NT_AMDGPU_METADATA:
+                if len(desc) > MAX_NOTE_BYTES:
+                    raise ParseError("metadata note too large")
+                decoded = msgpack.unpackb(desc, raw=False, strict_map_key=False)
+                if not isinstance(decoded, dict):
+                    raise ParseError("metadata note is not a map")
+                return _json_safe(decoded, 0)
+    raise ParseError("no AMDGPU metadata note (code-object v2 or not a kernel object)")
+
+
+def _notes(blob: bytes) -> list[tuple[bytes, int, bytes]]:
+    """Split a note section into (owner, type, desc); records are 4-byte aligned in code objects."""
+    notes = []
+    pos = 0
+    while pos + 12 <= len(blob):
+        namesz, descsz, note_type = struct.unpack_from("<III", blob, pos)
+        name_start = pos + 12
+        desc_start = name_start + _align4(namesz)
+        end = desc_start + _align4(descsz)
+        if desc_start + descsz > len(blob):
+            raise ParseError("note record runs past its section")
+        notes.append(
+            (blob[name_start : name_start + namesz].rstrip(b"\0"), note_type, blob[desc_start : desc_start + descsz])
+        )
+        pos = end
+    return notes
+
+
+def _align4(value: int) -> int:
+    return (value + 3) & ~3
+
+
+def _json_safe(value: Any, depth: int) -> Any:
+    if depth > MAX_JSON_DEPTH:
+        raise ParseError("metadata nested too deeply")
+    if isinstance(value, dict):
+        return {str(_json_safe(k, depth + 1)): _json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v, depth + 1) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)  # msgpack ExtType and the like: keep something readable
+
+
+@dataclass(frozen=True)
+class _Symbol:
+    value: int
+    size: int
+    shndx: int
+    kind: str
+
+
+def _symbols(elf: ELFFile) -> dict[str, _Symbol]:
+    table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+    if not isinstance(table, SymbolTableSection):
+        raise ParseError("no symbol table")
+    if table.header["sh_entsize"] != 24:
+        raise ParseError(f"symbol entry size {table.header['sh_entsize']} is not 24")
+    symbols: dict[str, _Symbol] = {}
+    for symbol in table.iter_symbols():
+        shndx = symbol["st_shndx"]
+        if not isinstance(shndx, int):  # SHN_ABS/SHN_UNDEF: the `.num_vgpr`-style helpers
+            continue
+        kind = symbol["st_info"]["type"]
+        if kind in ("STT_FUNC", "STT_OBJECT") and symbol.name:
+            symbols[symbol.name] = _Symbol(symbol["st_value"], symbol["st_size"], shndx, kind)
+    return symbols
+
+
+def _file_offset(sym: _Symbol, sections: list[_Section], file_size: int, what: str) -> int:
+    if not 0 <= sym.shndx < len(sections):
+        raise ParseError(f"{what}: symbol in section {sym.shndx} which does not exist")
+    sec = sections[sym.shndx]
+    offset = sym.value - sec.addr + sec.offset
+    if (
+        sec.nobits
+        or sym.value < sec.addr
+        or sym.value + sym.size > sec.addr + sec.size
+        or offset + sym.size > file_size
+    ):
+        raise ParseError(f"{what}: symbol lies outside its section")
+    return offset
+
+
+def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_Section], data: bytes) -> KernelObject:
+    if not isinstance(meta, dict):
+        raise ParseError("amdhsa.kernels entry is not a map")
+    name = meta.get(".name")
+    if not isinstance(name, str):
+        raise ParseError("kernel without .name")
+    kd_name = meta.get(".symbol")
+    if not isinstance(kd_name, str):
+        kd_name = name + ".kd"
+    kd_sym = symbols.get(kd_name)
+    if kd_sym is None or kd_sym.kind != "STT_OBJECT":
+        raise ParseError(f"kernel {name}: no descriptor symbol {kd_name}")
+    func_sym = symbols.get(name)
+    if func_sym is None or func_sym.kind != "STT_FUNC":
+        raise ParseError(f"kernel {name}: no function symbol")
+    if kd_sym.size and kd_sym.size < KERNEL_DESCRIPTOR_SIZE:
+        raise ParseError(f"kernel {name}: descriptor is {kd_sym.size} bytes")
+    kd_offset = _file_offset(kd_sym, sections, len(data), f"kernel {name} descriptor")
+    if kd_offset + KERNEL_DESCRIPTOR_SIZE > len(data):
+        raise ParseError(f"kernel {name}: descriptor runs past the end of the file")
+    code_offset = _file_offset(func_sym, sections, len(data), f"kernel {name} code")
+
+    entry_offset = struct.unpack_from("<q", data, kd_offset + 16)[0]
+    rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", data, kd_offset + 44)
+    code_props = struct.unpack_from("<H", data, kd_offset + 56)[0]
+
+    spec = arch_spec(arch)
+    generation = spec.generation if spec else _generation_from_name(arch)
+    unified = bool(spec and spec.unified_agprs)
+    wave32 = bool(code_props & (1 << 10))
+    granulated_vgpr = rsrc1 & 0x3F
+    granulated_sgpr = (rsrc1 >> 6) & 0xF
+    descriptor_vgprs = (granulated_vgpr + 1) * (8 if unified or wave32 else 4)
+    accum_offset = rsrc3 & 0x3F if unified else None
+    if accum_offset is not None:
+        descriptor_arch_vgprs: int | None = (accum_offset + 1) * 4
+    elif spec is not None and spec.has_agprs:
+        descriptor_arch_vgprs = None  # gfx908: the field encodes max(VGPR, AGPR)
+    else:
+        descriptor_arch_vgprs = descriptor_vgprs
+
+    return KernelObject(
+        name=name,
+        symbol=kd_name,
+        metadata=meta,
+        vgpr_count=_int(meta, ".vgpr_count", name),
+        agpr_count=_opt_int(meta, ".agpr_count", name),
+        sgpr_count=_int(meta, ".sgpr_count", name),
+        vgpr_spill_count=_opt_int(meta, ".vgpr_spill_count", name) or 0,
+        sgpr_spill_count=_opt_int(meta, ".sgpr_spill_count", name) or 0,
+        group_segment_fixed_size=_int(meta, ".group_segment_fixed_size", name),
+        private_segment_fixed_size=_int(meta, ".private_segment_fixed_size", name),
+        wavefront_size=_int(meta, ".wavefront_size", name),
+        max_flat_workgroup_size=_int(meta, ".max_flat_workgroup_size", name),
+        kernarg_segment_size=_int(meta, ".kernarg_segment_size", name),
+        uses_dynamic_stack=bool(meta.get(".uses_dynamic_stack", False)),
+        granulated_vgpr=granulated_vgpr,
+        granulated_sgpr=granulated_sgpr,
+        accum_offset=accum_offset,
+        wgp_mode=bool(rsrc1 & (1 << 29)) if generation is not None and generation >= 10 else None,
+        wave32=wave32,
+        private_segment_enabled=bool(rsrc2 & 1),
+        user_sgpr_count=(rsrc2 >> 1) & 0x1F,
+        entry_offset=entry_offset,
+        descriptor_vgprs=descriptor_vgprs,
+        descriptor_arch_vgprs=descriptor_arch_vgprs,
+        descriptor_sgprs=(granulated_sgpr + 1) * 8 if generation == 9 else None,
+        code_offset=code_offset,
+        code_size=func_sym.size,
+    )
+
+
+def _generation_from_name(arch: str) -> int | None:
+    # Only generic targets reach here with a usable name ('gfx9-4-generic', 'gfx10-3-generic').
+    match = GENERIC_NAME_RE.match(arch)
+    return int(match.group(1)) if match else None
+
+
+def _int(meta: dict[str, Any], key: str, kernel: str) -> int:
+    value = _opt_int(meta, key, kernel)
+    if value is None:
+        raise ParseError(f"kernel {kernel}: {key} missing")
+    return value
+
+
+def _opt_int(meta: dict[str, Any], key: str, kernel: str) -> int | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ParseError(f"kernel {kernel}: {key} is not an integer")

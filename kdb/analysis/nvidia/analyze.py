@@ -1,0 +1,111 @@
+"""NVIDIA analysis of one kernel folder: cubin, occupancy, PTX mix, and (unless --no-sass) the SASS mix."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, add_problem, first_file, text_of
+from kdb.analysis.nvidia import occupancy as nv_occupancy
+from kdb.analysis.nvidia import tools as nvtools
+from kdb.analysis.nvidia.cubin import parse_cubin
+from kdb.analysis.nvidia.ptx import opcode_group, parse_ptx
+from kdb.errors import KdbError, ParseError
+from kdb.triton.kernel_json import KernelMeta
+
+
+def analyze_nvidia(
+    out: FolderAnalysis,
+    row: dict[str, Any],
+    folder_digest: str,
+    meta: KernelMeta,
+    files: list[FolderFile],
+    options: AnalysisOptions,
+) -> None:
+    cubin_file = first_file(files, "cubin", meta.name)
+    kernel = None
+    if cubin_file is not None:
+        try:
+            cubin = parse_cubin(cubin_file.data)
+            kernel = next((k for k in cubin.kernels if k.name == meta.name), None)
+            if kernel is None:
+                kernel = next((k for k in cubin.kernels if k.is_entry), None)
+            if kernel is None:
+                raise ParseError("cubin holds no kernel")
+            row.update(
+                co_arch=f"sm{cubin.arch}",
+                registers=kernel.registers,
+                stack_bytes=kernel.stack_size,
+                local_bytes=kernel.local_size or kernel.stack_size,
+                lds_static=kernel.static_shared,
+                const0_bytes=kernel.const0_size,
+                code_size=kernel.code_size,
+                max_workgroup_size=(kernel.max_threads or kernel.req_threads or (None,))[0],
+                wavefront_size=32,
+                co_metadata=json.dumps({a.name: a.value for a in kernel.attributes}, sort_keys=True),
+            )
+            try:
+                warps, _blocks, limiter = nv_occupancy.occupancy(
+                    cubin.arch, meta.num_warps or 4, kernel.registers, kernel.static_shared, meta.shared or 0
+                )
+                row.update(occupancy=warps, occupancy_limiter=limiter, occupancy_unit="warps/SM")
+            except KdbError as exc:
+                add_problem(out, cubin_file, "occupancy", str(exc))
+        except ParseError as exc:
+            add_problem(out, cubin_file, "cubin", str(exc))
+            kernel = None
+    ptx_file = first_file(files, "ptx", meta.name)
+    if ptx_file is not None:
+        try:
+            listing = parse_ptx(text_of(ptx_file))
+            fn = next(
+                (f for f in listing.functions if f.name == meta.name and f.is_entry),
+                next((f for f in listing.functions if f.is_entry), None),
+            )
+            if fn is None:
+                raise ParseError("no .entry function in the PTX")
+            row.update(
+                ptx_instr_count=fn.total,
+                spill_count=sum(n for op, n in fn.opcodes.items() if op.startswith("st.local")),
+                reload_count=sum(n for op, n in fn.opcodes.items() if op.startswith("ld.local")),
+            )
+            for op, count in sorted(fn.opcodes.items()):
+                out.add(
+                    "instr_mix_counts",
+                    folder_digest=folder_digest,
+                    source="ptx",
+                    mnemonic=op,
+                    grp=opcode_group(op),
+                    count=count,
+                )
+            for (file, line, grp), count in sorted(fn.lines.items()):
+                out.add(
+                    "source_line_counts",
+                    folder_digest=folder_digest,
+                    source="ptx",
+                    file=file,
+                    line=line,
+                    grp=grp,
+                    count=count,
+                )
+            row.update(instr_source="ptx", instr_count=fn.total)
+        except ParseError as exc:
+            add_problem(out, ptx_file, "ptx", str(exc))
+    if options.sass and cubin_file is not None and kernel is not None:
+        try:
+            sass_counts = nvtools.sass_by_kernel(cubin_file.data)
+        except ParseError as exc:
+            add_problem(out, cubin_file, "sass", str(exc))
+            sass_counts = None
+        counts = (sass_counts or {}).get(kernel.name)
+        if counts:
+            row.update(instr_source="sass", instr_count=sum(counts.values()))
+            for op, count in sorted(counts.items()):
+                out.add(
+                    "instr_mix_counts",
+                    folder_digest=folder_digest,
+                    source="sass",
+                    mnemonic=op,
+                    grp=nvtools.sass_group(op),
+                    count=count,
+                )

@@ -1,0 +1,301 @@
+"""`kdb diff`: compare two loaded snapshots kernel by kernel. Returns the model (kdb/diff/model.py); never prints.
+
+Every kernel gets one Status: paired (same, or changed with the verdict kdb/diff/rules.py gives), only in
+A, only in B, or ambiguous (kdb/diff/matching.py). A comparison is untrusted (exit code 2) when either
+side has no kernels, when the sides share no target and `across_targets` is off, or when fewer than
+`min_match` (default one half) of the smaller side's kernels were paired: the result carries
+`trust_problem`, and the CLI renders the report and then exits 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import json
+from typing import Any
+
+from kdb.diff.matching import Pairing, match
+from kdb.diff.model import (
+    DEFAULT_MIN_MATCH,
+    LIMITERS,
+    METRICS,
+    REPORT_STATUSES,
+    DiffResult,
+    KernelDeepView,
+    KernelDiff,
+    KernelFacts,
+    Rule,
+    Status,
+)
+from kdb.diff.rules import classify, evaluate_rule, trust_problem
+from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
+from kdb.errors import UsageError
+from kdb.triton.normalize import metadata_view
+
+STAGES: tuple[str, ...] = ("ttir", "ttgir", "llir", "isa")
+
+
+def first_changed_stage(sa: Side, a: Row, sb: Side, b: Row) -> str | None:
+    for stage in STAGES:
+        da, db = a.get(f"{stage}_digest"), b.get(f"{stage}_digest")
+        if da is not None and db is not None:  # computed at ingest: no IR needs reading
+            if da != db:
+                return stage
+            continue
+        fa, fb = sa.stage_file(a["cache_key"], stage), sb.stage_file(b["cache_key"], stage)
+        if fa is not None and fb is not None and fa["hash"] == fb["hash"]:
+            continue  # byte-identical: no need to read or normalise either side
+        ta, _ = sa.stage_text(a["cache_key"], stage)
+        tb, _ = sb.stage_text(b["cache_key"], stage)
+        if ta is None and tb is None:
+            continue
+        if ta != tb:
+            return stage
+    da, db = a.get("metadata_digest"), b.get("metadata_digest")
+    if da is not None and db is not None:
+        return "metadata" if da != db else None
+    if metadata_view(row_document(a, "triton_metadata")) != metadata_view(row_document(b, "triton_metadata")):
+        return "metadata"
+    return None
+
+
+# -- comparison ---------------------------------------------------------------------------------------
+_NUMBERS = (int, float)
+
+
+def _delta(a: Any, b: Any) -> Any:
+    if a is None or b is None:  # the common case for another vendor's columns
+        return None
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS) and not isinstance(a, bool):
+        return b - a
+    return None
+
+
+def _mix_tables(
+    a: dict[str, Any], mnemonics_a: dict[str, int], b: dict[str, Any], mnemonics_b: dict[str, int]
+) -> tuple[dict, dict]:
+    """(group -> {a, b, delta} for every group, mnemonic -> {a, b, delta} for mnemonics whose count changed)."""
+    ga, gb = row_document(a, "instr_groups") or {}, row_document(b, "instr_groups") or {}
+    group_table = {
+        g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
+        for g in sorted(ga.keys() | gb.keys())
+    }
+    # (mnemonic, count) pairs in one mix and not the other: the set operation runs in C, so only the
+    # mnemonics whose count changed are visited here
+    differing = sorted({m for m, _ in mnemonics_a.items() ^ mnemonics_b.items()})
+    changed = {
+        m: {
+            "a": mnemonics_a.get(m, 0),
+            "b": mnemonics_b.get(m, 0),
+            "delta": mnemonics_b.get(m, 0) - mnemonics_a.get(m, 0),
+        }
+        for m in differing
+    }
+    return group_table, changed
+
+
+def _same_mix(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Both kernels have an instruction mix and its digests are equal (no need to read the mnemonics)."""
+    if a is None or b is None:
+        return False
+    return a.get("instr_mix_digest") is not None and a.get("instr_mix_digest") == b.get("instr_mix_digest")
+
+
+def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
+    """The diff of a paired kernel: facts, limiters, instruction mix, first changed stage, verdict."""
+    a, b = p.a, p.b
+    assert a is not None and b is not None
+    facts_differ = False
+    metrics: dict[str, dict[str, Any]] = {}
+    for m in METRICS:
+        va, vb = a.get(m), b.get(m)
+        metrics[m] = {"a": va, "b": vb, "delta": _delta(va, vb)}
+        facts_differ = facts_differ or va != vb
+    limiters = {m: {"a": a.get(m), "b": b.get(m)} for m in LIMITERS}
+    if _same_mix(a, b):  # equal digests: no mnemonic count changed, none needs reading
+        mnemonics_a: dict[str, int] = {}
+        mnemonics_b: dict[str, int] = {}
+    else:
+        mnemonics_a, mnemonics_b = sa.mnemonics_of(a["cache_key"]), sb.mnemonics_of(b["cache_key"])
+    mix_groups, mix_mnemonics = _mix_tables(a, mnemonics_a, b, mnemonics_b)
+    stage = first_changed_stage(sa, a, sb, b)
+    facts_a, facts_b = KernelFacts.from_row(a), KernelFacts.from_row(b)
+    status, severity, reason = Status.SAME, 0.0, None
+    if facts_differ or mix_mnemonics:
+        status, severity, reason = classify(a, b)
+    return KernelDiff(
+        status,
+        p.name,
+        a=facts_a,
+        b=facts_b,
+        metrics=metrics,
+        limiters=limiters,
+        mix_groups=mix_groups,
+        mix_mnemonics=mix_mnemonics,
+        first_changed_stage=stage,
+        severity=severity,
+        reason=reason,
+    )
+
+
+def _unpaired(p: Pairing) -> KernelDiff:
+    assert p.status is not None
+    return KernelDiff(
+        p.status,
+        p.name,
+        a=KernelFacts.from_row(p.a) if p.a else None,
+        b=KernelFacts.from_row(p.b) if p.b else None,
+        reason=p.reason,
+        candidates=p.candidates,
+    )
+
+
+def _targets(rows: list[Row]) -> tuple[str, ...]:
+    return tuple(sorted({f"{r['backend']}:{r['arch']}:{r['warp_size']}" for r in rows if r.get("backend")}))
+
+
+_REPORT_ORDER = {s: i for i, s in enumerate(REPORT_STATUSES)}
+
+
+def _report_order(k: KernelDiff) -> tuple[Any, ...]:
+    """Regressions first, worst first; then by status, name and cache keys."""
+    worse = k.status.worse
+    return (
+        -k.severity if worse else 0,
+        0 if worse else 1,
+        0 if worse else _REPORT_ORDER[k.status.report_status],
+        k.name,
+        k.a_cache_key or "",
+        k.b_cache_key or "",
+    )
+
+
+def compare(
+    sa: Side,
+    sb: Side,
+    *,
+    across_targets: bool = False,
+    rules: list[Rule] | None = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+) -> tuple[DiffResult, dict[int, tuple[Row | None, Row | None]]]:
+    """The result, and each KernelDiff's kernel rows (by id) for deep views."""
+    rules = rules or []
+    key = "identity_any_target" if across_targets else "identity"
+    pairings = match(sa.kernels, sb.kernels, key)
+    # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
+    differ = [p for p in pairings if p.status is None and not _same_mix(p.a, p.b)]
+    sa.load_mnemonics(p.a["cache_key"] for p in differ if p.a is not None)
+    sb.load_mnemonics(p.b["cache_key"] for p in differ if p.b is not None)
+    kernels: list[KernelDiff] = []
+    rows: dict[int, tuple[Row | None, Row | None]] = {}
+    fired_set: set[str] = set()
+    for p in pairings:
+        kd = compare_pair(p, sa, sb) if p.status is None else _unpaired(p)
+        fired = tuple(r.text for r in rules if evaluate_rule(r, kd))
+        if fired:
+            kd = dataclasses.replace(kd, fired_rules=fired)
+            fired_set.update(fired)
+        kernels.append(kd)
+        rows[id(kd)] = (p.a, p.b)
+    kernels.sort(key=_report_order)
+    result = DiffResult(
+        sa.label,
+        sb.label,
+        across_targets,
+        tuple(kernels),
+        tuple(rules),
+        tuple(r.text for r in rules if r.text in fired_set),
+        len(sa.kernels),
+        len(sb.kernels),
+        _targets(sa.kernels),
+        _targets(sb.kernels),
+        min_match=min_match,
+    )
+    return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
+
+
+def diff_sides(
+    sa: Side,
+    sb: Side,
+    *,
+    across_targets: bool = False,
+    rules: list[Rule] | None = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+    kernel: str | None = None,
+) -> tuple[DiffResult, list[KernelDeepView]]:
+    """Diff two loaded sides; with `kernel`, also the deep views of the kernels it names."""
+    with without_cycle_collector():
+        result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
+        views = deep_views(result, rows, sa, sb, kernel) if kernel else []
+    return result, views
+
+
+# -- deep view ----------------------------------------------------------------------------------------
+def _select(result: DiffResult, pattern: str) -> list[KernelDiff]:
+    out = []
+    for kd in result.kernels:
+        keys = [kd.a_cache_key or "", kd.b_cache_key or ""]
+        if (
+            fnmatch.fnmatchcase(kd.name, pattern)
+            or kd.name == pattern
+            or any(k and (k == pattern or k.startswith(pattern)) for k in keys if len(pattern) >= 6)
+        ):
+            out.append(kd)
+    return out
+
+
+def _deepdiff(a: Any, b: Any) -> dict[str, Any]:
+    from deepdiff import DeepDiff
+
+    return json.loads(DeepDiff(a, b, ignore_order=False, verbose_level=2).to_json())
+
+
+def deep_views(
+    result: DiffResult, kernel_rows: dict[int, tuple[Row | None, Row | None]], sa: Side, sb: Side, pattern: str
+) -> list[KernelDeepView]:
+    chosen = _select(result, pattern)
+    if not chosen:
+        raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
+    views = []
+    for kd in chosen:
+        row_a, row_b = kernel_rows[id(kd)]
+        a, b = row_a or {}, row_b or {}
+        if a:
+            sa.load_documents([a])
+        if b:
+            sb.load_documents([b])
+        # Keyed by (mnemonic, group): one mnemonic can count in two groups of a kernel (a MUBUF load
+        # from scratch and one from global memory), and each keeps its own row.
+        mix_a = {(m, g): c for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
+        mix_b = {(m, g): c for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
+        rows: list[dict[str, Any]] = []
+        for mn, grp in sorted(set(mix_a) | set(mix_b)):
+            ca, cb = mix_a.get((mn, grp), 0), mix_b.get((mn, grp), 0)
+            rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
+        rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
+        ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
+        tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)
+        isa = "".join(
+            difflib.unified_diff(
+                ((ta or "") + "\n").splitlines(keepends=True) if ta else [],
+                ((tb or "") + "\n").splitlines(keepends=True) if tb else [],
+                fromfile=f"{result.a_label}:{a.get('cache_key', '-')}/{kd.name}",
+                tofile=f"{result.b_label}:{b.get('cache_key', '-')}/{kd.name}",
+                n=3,
+                lineterm="\n",
+            )
+        )
+        if isa and not isa.endswith("\n"):
+            isa += "\n"
+        views.append(
+            KernelDeepView(
+                kernel=kd,
+                triton_json_diff=_deepdiff(row_document(a, "triton_metadata"), row_document(b, "triton_metadata")),
+                co_metadata_diff=_deepdiff(row_document(a, "co_metadata"), row_document(b, "co_metadata")),
+                mix_rows=rows,
+                isa_diff=isa,
+                isa_kind=kind_a or kind_b,
+            )
+        )
+    return views

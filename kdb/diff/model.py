@@ -1,0 +1,225 @@
+"""The typed result of `kdb diff`: statuses, kernel facts, kernel diffs, the whole result, deep views.
+
+Every value here is frozen; the engine builds them, the rules classify them, the renderers read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+# Facts compared per matched pair, in display order.
+METRICS: tuple[str, ...] = (
+    "occupancy",
+    "occupancy_llvm",
+    "vgpr_count",
+    "agpr_count",
+    "sgpr_count",
+    "vgpr_spill_count",
+    "sgpr_spill_count",
+    "scratch_bytes",
+    "registers",
+    "stack_bytes",
+    "local_bytes",
+    "shared",
+    "lds_static",
+    "code_size",
+    "instr_count",
+)
+LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
+FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS
+DEFAULT_MIN_MATCH = 0.5
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One --fail-on rule (parsed and evaluated in kdb/diff/rules.py)."""
+
+    text: str
+    kind: str  # one of rules.SIMPLE_RULES, or a register rule name (vgpr, sgpr, agpr, registers)
+    threshold: float = 0.0
+    percent: bool = False
+
+
+class Status(Enum):
+    """What became of one kernel. The value is the label the table and markdown reports show."""
+
+    SAME = "same"  # paired, every compared fact equal
+    REGRESSED = "regressed"  # paired and changed: the verdicts of kdb/diff/rules.py
+    IMPROVED = "improved"
+    MIXED = "mixed"
+    NEUTRAL = "neutral"
+    ONLY_IN_A = "only in A"
+    ONLY_IN_B = "only in B"
+    AMBIGUOUS = "ambiguous"
+
+    @property
+    def label(self) -> str:
+        return self.value
+
+    @property
+    def paired(self) -> bool:
+        """The kernel has a counterpart on the other side (same or changed)."""
+        return self in _PAIRED
+
+    @property
+    def changed(self) -> bool:
+        return self in _CHANGED
+
+    @property
+    def worse(self) -> bool:
+        """Counted as regressed (regressed or mixed)."""
+        return self in (Status.REGRESSED, Status.MIXED)
+
+    @property
+    def report_status(self) -> str:
+        """The `status` of the JSON and CSV reports: matched, changed, only_a, only_b, ambiguous."""
+        return _REPORT_STATUS[self]
+
+    @property
+    def verdict(self) -> str | None:
+        """The `verdict` of the JSON and CSV reports: set for changed kernels only."""
+        return self.value if self in _CHANGED else None
+
+
+_CHANGED = frozenset({Status.REGRESSED, Status.IMPROVED, Status.MIXED, Status.NEUTRAL})
+_PAIRED = _CHANGED | {Status.SAME}
+_REPORT_STATUS = {
+    **{s: "changed" for s in _CHANGED},
+    Status.SAME: "matched",
+    Status.ONLY_IN_A: "only_a",
+    Status.ONLY_IN_B: "only_b",
+    Status.AMBIGUOUS: "ambiguous",
+}
+# Report statuses in report order (and the keys of the JSON summary besides regressed/improved).
+REPORT_STATUSES: tuple[str, ...] = ("matched", "changed", "only_a", "only_b", "ambiguous")
+UNPAIRED: tuple[Status, ...] = (Status.ONLY_IN_A, Status.ONLY_IN_B, Status.AMBIGUOUS)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFacts:
+    """One side's kernel as the reports see it: its keys and the facts a diff compares."""
+
+    cache_key: str
+    name: str
+    backend: str | None
+    target: str  # backend:arch:warp_size
+    identity: str | None
+    values: Mapping[str, Any]  # FACT_COLUMNS -> value (None where not recorded)
+
+    def get(self, column: str) -> Any:
+        return self.values.get(column)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> KernelFacts:
+        return cls(
+            cache_key=row["cache_key"],
+            name=row["name"],
+            backend=row.get("backend"),
+            target=f"{row.get('backend')}:{row.get('arch')}:{row.get('warp_size')}",
+            identity=row.get("identity"),
+            values={c: row.get(c) for c in FACT_COLUMNS},
+        )
+
+
+def spills(facts: KernelFacts | None) -> int | None:
+    """VGPR plus SGPR spills; None when neither is recorded."""
+    if facts is None:
+        return None
+    values = [facts.get("vgpr_spill_count"), facts.get("sgpr_spill_count")]
+    if all(v is None for v in values):
+        return None
+    return sum(v or 0 for v in values)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelDiff:
+    status: Status
+    name: str
+    a: KernelFacts | None = None
+    b: KernelFacts | None = None
+    reason: str | None = None
+    candidates: tuple[str, ...] = ()
+    metrics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {a, b, delta}
+    limiters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {a, b}
+    mix_groups: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # grp -> {a, b, delta}
+    mix_mnemonics: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # only those that changed
+    first_changed_stage: str | None = None
+    severity: float = 0.0
+    fired_rules: tuple[str, ...] = ()
+
+    @property
+    def a_cache_key(self) -> str | None:
+        return self.a.cache_key if self.a else None
+
+    @property
+    def b_cache_key(self) -> str | None:
+        return self.b.cache_key if self.b else None
+
+    @property
+    def facts(self) -> KernelFacts | None:
+        """Side A's facts, else side B's."""
+        return self.a or self.b
+
+    @property
+    def target(self) -> str | None:
+        facts = self.facts
+        return facts.target if facts else None
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    a_label: str
+    b_label: str
+    across_targets: bool
+    kernels: tuple[KernelDiff, ...]
+    rules: tuple[Rule, ...]
+    fired: tuple[str, ...]
+    a_count: int
+    b_count: int
+    a_targets: tuple[str, ...]
+    b_targets: tuple[str, ...]
+    trust_problem: str | None = None
+    min_match: float = DEFAULT_MIN_MATCH
+
+    def count(self, status: Status) -> int:
+        return sum(1 for k in self.kernels if k.status is status)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = dict.fromkeys(REPORT_STATUSES, 0)
+        regressed = improved = 0
+        for k in self.kernels:
+            counts[k.status.report_status] += 1
+            regressed += k.status.worse
+            improved += k.status is Status.IMPROVED
+        return {
+            "matched": counts["matched"],
+            "changed": counts["changed"],
+            "regressed": regressed,
+            "improved": improved,
+            "only_a": counts["only_a"],
+            "only_b": counts["only_b"],
+            "ambiguous": counts["ambiguous"],
+        }
+
+    @property
+    def paired(self) -> int:
+        return sum(1 for k in self.kernels if k.status.paired)
+
+    @property
+    def match_rate(self) -> float:
+        smaller = min(self.a_count, self.b_count)
+        return self.paired / smaller if smaller else 0.0
+
+
+@dataclass(frozen=True)
+class KernelDeepView:
+    kernel: KernelDiff
+    triton_json_diff: dict[str, Any]
+    co_metadata_diff: dict[str, Any]
+    mix_rows: list[dict[str, Any]]  # mnemonic, grp, a, b, delta
+    isa_diff: str  # unified diff of the normalised ISA
+    isa_kind: str | None

@@ -1,0 +1,118 @@
+"""Judging a diff, in one place: the verdict and severity of a changed kernel, the --fail-on rules, and
+whether the comparison can be trusted at all (exit code 2)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kdb.diff import verdict
+from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status, spills
+from kdb.errors import UsageError
+
+REGISTER_COLUMN = {"vgpr": "vgpr_count", "sgpr": "sgpr_count", "agpr": "agpr_count", "registers": "registers"}
+SIMPLE_RULES = ("occupancy-drop", "new-spills", "scratch-increase", "unmatched", "any-change")
+# `vgpr:+12`, `registers:+10%`
+_REG_RULE = re.compile(r"^(vgpr|sgpr|agpr|registers):\+(\d+(?:\.\d+)?)(%?)$")
+
+
+def parse_rules(texts: list[str]) -> list[Rule]:
+    """--fail-on values (repeatable, or comma-separated):
+
+    occupancy-drop     a paired kernel's occupancy (launch estimate or the compiler's) went down
+    new-spills         a paired kernel spills more VGPRs/SGPRs than before (NVIDIA: more local memory)
+    scratch-increase   a paired kernel's scratch (AMD) or stack/local bytes (NVIDIA) grew
+    vgpr:+N, vgpr:+N%  a paired kernel's VGPR count grew by at least N registers / at least N percent
+                       (sgpr:, agpr:, registers: the same)
+    unmatched          any kernel is only in A, only in B, or ambiguous
+    any-change         any kernel changed or is unmatched
+    """
+    rules = []
+    for text in texts:
+        for raw in text.split(","):
+            piece = raw.strip()
+            if not piece:
+                continue
+            if piece in SIMPLE_RULES:
+                rules.append(Rule(piece, piece))
+                continue
+            m = _REG_RULE.match(piece)
+            if not m:
+                raise UsageError(
+                    f"unknown --fail-on rule {piece!r}: use {', '.join(SIMPLE_RULES)}, or vgpr:+N / vgpr:+N% "
+                    "(also sgpr:, agpr:, registers:)"
+                )
+            threshold = float(m.group(2))
+            if threshold <= 0:
+                raise UsageError(f"--fail-on {piece!r}: the threshold must be greater than 0")
+            rules.append(Rule(piece, m.group(1), threshold, bool(m.group(3))))
+    return rules
+
+
+def check_min_match(min_match: float) -> None:
+    if not 0 <= min_match <= 1:
+        raise UsageError(f"--min-match must be between 0 and 1, not {min_match}")
+
+
+_VERDICTS = {
+    "regressed": Status.REGRESSED,
+    "improved": Status.IMPROVED,
+    "mixed": Status.MIXED,
+    "neutral": Status.NEUTRAL,
+}
+
+
+def classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Status, float, str]:
+    """(verdict, severity, reason) of a changed pair; the tiers are in kdb/diff/verdict.py. Severity ranks
+    regressions (larger is worse: spill growth above occupancy drops above resource growth); improvements
+    get a negative one."""
+    v = verdict.classify(a, b)
+    return _VERDICTS[v.verdict], v.severity, v.reason
+
+
+def _grew(a: KernelFacts, b: KernelFacts, columns: tuple[str, ...]) -> bool:
+    return any(a.get(c) is not None and b.get(c) is not None and b.get(c) > a.get(c) for c in columns)
+
+
+def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
+    if rule.kind == "unmatched":
+        return not kd.status.paired
+    if rule.kind == "any-change":
+        return kd.status is not Status.SAME
+    if not kd.status.paired or kd.a is None or kd.b is None:
+        return False
+    a, b = kd.a, kd.b
+    if rule.kind == "occupancy-drop":
+        return _grew(b, a, ("occupancy", "occupancy_llvm"))
+    if rule.kind == "new-spills":
+        sa, sb = spills(a), spills(b)
+        if sa is not None and sb is not None and sb > sa:
+            return True
+        return a.backend == "cuda" and (b.get("local_bytes") or 0) > (a.get("local_bytes") or 0)
+    if rule.kind == "scratch-increase":
+        return _grew(a, b, ("scratch_bytes", "stack_bytes", "local_bytes"))
+    col = REGISTER_COLUMN[rule.kind]
+    va, vb = a.get(col), b.get(col)
+    if va is None or vb is None:
+        return False
+    if rule.percent:
+        return va > 0 and (vb - va) * 100.0 / va >= rule.threshold or (va == 0 and vb > 0)
+    return bool(vb - va >= rule.threshold)
+
+
+def trust_problem(r: DiffResult) -> str | None:
+    """Why the comparison cannot be trusted (the CLI exits 2), or None."""
+    if not r.a_count or not r.b_count:
+        return f"nothing to compare: {r.a_label} has {r.a_count} kernels, {r.b_label} has {r.b_count}"
+    if not r.across_targets and r.a_targets and r.b_targets and not set(r.a_targets) & set(r.b_targets):
+        return (
+            f"the snapshots share no target ({', '.join(r.a_targets)} vs {', '.join(r.b_targets)}): "
+            "use --across-targets to compare them"
+        )
+    if r.match_rate < r.min_match:
+        return (
+            f"only {r.paired} of {min(r.a_count, r.b_count)} kernels of the smaller side were paired "
+            f"({r.match_rate:.0%} < {r.min_match:.0%}): the comparison cannot be trusted"
+        )
+    return None

@@ -1,0 +1,44 @@
+"""Columns of every catalog table an ingest stages, defined once (tests/test_catalog_contract.py checks
+them against the schema)."""
+
+from __future__ import annotations
+
+from kdb.analysis.folder import TABLE_COLUMNS
+
+BLOB_COLUMNS = ["hash", "size", "stored_size"]
+FOLDER_COLUMNS = ["folder_digest", "cache_key", "file_count", "bytes"]
+FOLDER_FILE_COLUMNS = ["folder_digest", "name", "hash", "size", "kind"]
+FOLDER_SET_COLUMNS = ["cache_key", "folder_digest"]  # the set digest is computed when the snapshot is written
+TOP_FILE_COLUMNS = ["snapshot_id", "path", "hash", "size", "kind"]
+KERNEL_COLUMNS = [
+    "folder_digest",
+    "cache_key",
+    "name",
+    "backend",
+    "arch",
+    "warp_size",
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "waves_per_eu",
+    "matrix_instr_nonkdim",
+    "kpack",
+    "shared",
+    "triton_version",
+    "triton_version_source",
+    "hash",
+    "metadata",
+    "metadata_digest",
+]
+PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
+# Rows an ingest stages (kdb/store/staging.py) before one transaction moves them into the catalog.
+STAGED_COLUMNS: dict[str, list[str]] = {
+    "blobs": BLOB_COLUMNS,
+    "folders": FOLDER_COLUMNS,
+    "folder_files": FOLDER_FILE_COLUMNS,
+    "folder_sets": FOLDER_SET_COLUMNS,
+    "top_files": TOP_FILE_COLUMNS,
+    "kernel_folders": KERNEL_COLUMNS,
+    "file_problems": PROBLEM_COLUMNS,
+    **TABLE_COLUMNS,
+}

@@ -1,0 +1,71 @@
+"""`kdb reindex`: recompute the analysis of stored snapshots from their blobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kdb.analysis.folder import ANALYSIS_TABLES, TABLE_COLUMNS, analyze_folder
+from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions, FolderFile
+from kdb.ingest.columns import KERNEL_COLUMNS
+from kdb.ingest.snapshot import FLUSH_ROWS, flush
+from kdb.ingest.walker import WalkedFile, kernel_json
+from kdb.store.blobs import BlobStore
+from kdb.store.catalog import Catalog, Table
+from kdb.store.home import Home
+from kdb.store.lock import write_lock
+from kdb.store.staging import Staging
+
+# Tables `kdb reindex` rebuilds for every kernel folder it analyses.
+REINDEX_COLUMNS: dict[str, list[str]] = {
+    "kernel_folders": KERNEL_COLUMNS,
+    **{t: TABLE_COLUMNS[t] for t in ANALYSIS_TABLES},
+}
+
+
+def reindex(
+    home: Home, tags: list[str] | None, *, lock_wait_s: float = 600.0, options: AnalysisOptions = DEFAULT_OPTIONS
+) -> dict[str, int]:
+    """Recompute the analysis of every kernel folder of the given snapshots (all when None) from the stored
+    blobs. Rows are spilled to the staging file as an ingest's are (memory stays flat), then swapped into
+    the catalog in one transaction."""
+    store = home.store
+    done: dict[str, int] = {}
+    with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+        tags = tags or [s["tag"] for s in catalog.list_snapshots()]
+        digests: dict[str, str] = {}  # folder digest -> cache key, each analysed once
+        for tag in tags:
+            folders = catalog.kernel_folders_of(tag)
+            digests.update((digest, key) for key, digest in folders)
+            done[tag] = len(folders)
+        staging = Staging(home.staging_path, catalog.staging_schema(REINDEX_COLUMNS))
+        try:
+            tables = {name: Table(name, columns) for name, columns in REINDEX_COLUMNS.items()}
+            for digest, cache_key in sorted(digests.items()):
+                _analyse(catalog, store, digest, cache_key, options, tables)
+                if sum(len(t) for t in tables.values()) >= FLUSH_ROWS:
+                    flush(staging, tables)
+            flush(staging, tables)
+            staging.close()
+            catalog.replace_folder_rows(sorted(digests), staging.path, list(REINDEX_COLUMNS))
+        finally:
+            staging.remove()
+    return done
+
+
+def _analyse(
+    catalog: Catalog, store: BlobStore, digest: str, cache_key: str, options: AnalysisOptions, tables: dict[str, Table]
+) -> None:
+    files = [
+        FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
+        for r in catalog.folder_files(digest)
+    ]
+    walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
+    json_file = kernel_json(walked)
+    if json_file is None:
+        return
+    result = analyze_folder(cache_key, digest, next(f for f in files if f.rel == json_file.rel), files, options)
+    if result.kernel is not None:
+        tables["kernel_folders"].add(**result.kernel)
+    for table, rows in result.rows.items():
+        for row in rows:
+            tables[table].add(**row)

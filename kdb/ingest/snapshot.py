@@ -1,0 +1,190 @@
+"""Ingest orchestration: walk a cache, store every file's bytes, analyse kernel folders, record one snapshot.
+
+Order matters for crash safety: blobs are written (atomically) first, the catalog last, in one
+transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb gc` sweeps.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kdb import __version__
+from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions
+from kdb.errors import InputError, TagError, UsageError
+from kdb.ingest.columns import STAGED_COLUMNS
+from kdb.ingest.walker import Walk, WalkedFile, walk_cache
+from kdb.ingest.worker import groups_of, run_groups
+from kdb.store.catalog import Catalog, Table
+from kdb.store.home import Home
+from kdb.store.lock import write_lock
+from kdb.store.staging import Staging
+
+# Real Triton artifacts are at most a few MB; a file this large is not one of them.
+DEFAULT_MAX_FILE_BYTES = 1 << 30
+# Rows held in memory before they are spilled to the staging file.
+FLUSH_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    tag: str
+    source: str
+    kernels: int
+    files: int
+    raw_bytes: int
+    new_bytes: int
+    stored_bytes: int
+    problems: int
+    seconds: float
+    problem_list: list[dict[str, Any]]
+
+
+def validate_tag(tag: str) -> str:
+    if not tag or not tag.strip() or tag != tag.strip() or any(c in tag for c in "\n\r\t"):
+        raise UsageError(f"invalid tag {tag!r}: use a non-empty name without surrounding spaces")
+    return tag
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"invalid label {pair!r}: expected key=value")
+        labels[key] = value
+    return labels
+
+
+def ingest(
+    home: Home,
+    source: Path,
+    tag: str,
+    *,
+    labels: dict[str, str] | None = None,
+    replace: bool = False,
+    workers: int | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Callable[[int, int, int, int], None] | None = None,
+    lock_wait_s: float = 600.0,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> IngestSummary:
+    validate_tag(tag)
+    started = time.monotonic()
+    walk = walk_cache(source)
+    groups = groups_of(walk.files)
+    if not any(analyze for _, _, analyze in groups):
+        raise InputError(
+            f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
+        )
+    workers = workers or os.cpu_count() or 1
+
+    with write_lock(home.lock_path, lock_wait_s):
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+            if catalog.snapshot_id(tag) is not None and not replace:
+                raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
+            known = catalog.known_folders([key for key, _, _ in groups if key is not None])
+            schema = catalog.staging_schema(STAGED_COLUMNS)
+        home.store.ensure()
+        staging = Staging(home.staging_path, schema)
+        try:
+            totals = _store_and_stage(home, staging, walk, groups, known, workers, max_file_bytes, progress, options)
+            staging.close()
+            home.store.durable()
+            snapshot = {
+                "tag": tag,
+                "created_at": datetime.now(UTC).replace(tzinfo=None),
+                "source_path": str(source.resolve()),
+                "host": socket.gethostname(),
+                "kdb_version": __version__,
+                "labels": labels or {},
+                **totals,
+            }
+            with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+                catalog.write_snapshot(snapshot, staging.path, replace=replace)
+                recorded = catalog.get_snapshot(tag)
+                problem_list = catalog.snapshot_problems(tag)
+        finally:
+            staging.remove()
+    return IngestSummary(
+        tag=tag,
+        source=str(source),
+        kernels=recorded["kernel_count"],
+        files=totals["file_count"],
+        raw_bytes=totals["raw_bytes"],
+        new_bytes=totals["new_bytes"],
+        stored_bytes=recorded["stored_bytes"],
+        problems=len(problem_list),
+        seconds=time.monotonic() - started,
+        problem_list=problem_list,
+    )
+
+
+def _store_and_stage(
+    home: Home,
+    staging: Staging,
+    walk: Walk,
+    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    known: dict[str, frozenset[str]],
+    workers: int,
+    max_file_bytes: int,
+    progress: Callable[[int, int, int, int], None] | None,
+    options: AnalysisOptions,
+) -> dict[str, int]:
+    """Store every file and stage every row; return the snapshot's file count and byte totals."""
+    tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
+    for p in walk.problems:
+        tables["file_problems"].add(
+            path=p.rel, cache_key=p.rel.split("/", 1)[0] if "/" in p.rel else None, stage="walk", reason=p.reason
+        )
+    total_files = len(walk.files)
+    total_bytes = sum(f.size for f in walk.files)
+    totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
+    done_files = 0
+    for result in run_groups(home.store.root, groups, max_file_bytes, workers, known, options):
+        for row in result.blobs:
+            tables["blobs"].add(**row)
+        for path, key, stage, reason in result.problems:
+            tables["file_problems"].add(path=path, cache_key=key, stage=stage, reason=reason)
+        if result.cache_key is None:
+            for row in result.files:
+                tables["top_files"].add(path=row["name"], hash=row["hash"], size=row["size"], kind=row["kind"])
+        elif result.files:
+            tables["folder_sets"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
+            if not result.known:
+                tables["folders"].add(
+                    folder_digest=result.folder_digest,
+                    cache_key=result.cache_key,
+                    file_count=len(result.files),
+                    bytes=result.bytes_read,
+                )
+                for row in result.files:
+                    tables["folder_files"].add(folder_digest=result.folder_digest, **row)
+        if result.analysis is not None and result.analysis.kernel is not None:
+            tables["kernel_folders"].add(**result.analysis.kernel)
+            for name, rows in result.analysis.rows.items():
+                for row in rows:
+                    tables[name].add(**row)
+        totals["new_bytes"] += result.new_bytes
+        totals["raw_bytes"] += result.bytes_read
+        totals["file_count"] += len(result.files)
+        done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
+        if progress:
+            progress(done_files, total_files, totals["raw_bytes"], total_bytes)
+        if sum(len(t) for t in tables.values()) >= FLUSH_ROWS:
+            flush(staging, tables)
+    flush(staging, tables)
+    return totals
+
+
+def flush(staging: Staging, tables: dict[str, Table]) -> None:
+    for table in tables.values():
+        if len(table):
+            staging.add(table)
+            table.clear()

@@ -1,0 +1,21 @@
+"""A cache directory given to `kdb diff` becomes a snapshot in a temporary home, deleted afterwards."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kdb.ingest.snapshot import ingest
+from kdb.store.home import Home
+
+
+@contextmanager
+def temporary_snapshot(path: Path, wait_s: float = 600.0) -> Iterator[tuple[Home, str]]:
+    """Ingest `path` into a temporary home; yield (that home, the snapshot's tag)."""
+    with tempfile.TemporaryDirectory(prefix="kdb-diff-") as tmp:
+        home = Home(Path(tmp))
+        tag = path.resolve().name or "dir"
+        ingest(home, path, tag, lock_wait_s=wait_s)
+        yield home, tag

@@ -1,0 +1,155 @@
+"""Walk a Triton cache directory: every regular file, its kind, and the kernel folders.
+
+Symlinks are never followed (a link may point outside the cache, or loop); they are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kdb.errors import InputError
+
+# How deep a real cache ever nests is 2 (folder/file); anything far deeper is reported, not walked.
+MAX_DEPTH = 32
+
+# Name suffix -> kind; first match wins, so the longer suffixes come first.
+KIND_BY_SUFFIX: tuple[tuple[str, str], ...] = (
+    (".autotune.json", "autotune"),
+    (".hsaco", "hsaco"),
+    (".cubin", "cubin"),
+    (".amdgcn", "amdgcn"),
+    (".ptx", "ptx"),
+    (".llir", "llir"),
+    (".ttir", "ttir"),
+    (".ttgir", "ttgir"),
+    (".source", "source"),
+    (".json", "json"),
+    (".so", "module"),
+)
+# crashed writers' temporaries: `add_kernel.json.tmp.pid_1234_5678` (≤3.1), folder `tmp.pid_1234_…` (3.2+)
+TEMP_FILE_RE = re.compile(r"\.tmp\.pid_\d+")
+TEMP_DIR_RE = re.compile(r"^tmp\.pid_")
+IR_KINDS = frozenset({"ttir", "ttgir", "llir", "amdgcn", "ptx", "hsaco", "cubin", "source"})
+
+
+def classify(name: str) -> str:
+    if TEMP_FILE_RE.search(name):
+        return "temporary"
+    if name.startswith("__grp__") and name.endswith(".json"):
+        return "group"
+    for suffix, kind in KIND_BY_SUFFIX:
+        if name.endswith(suffix):
+            return kind
+    return "other"
+
+
+@dataclass
+class WalkedFile:
+    rel: str  # POSIX path relative to the cache root
+    abspath: Path
+    size: int
+    kind: str
+    folder: str | None  # first path component when the file sits inside a folder
+
+
+@dataclass
+class WalkProblem:
+    rel: str
+    reason: str
+
+
+@dataclass
+class Walk:
+    files: list[WalkedFile] = field(default_factory=list)
+    problems: list[WalkProblem] = field(default_factory=list)
+
+    def kernel_folders(self) -> dict[str, list[WalkedFile]]:
+        """Folders holding one compiled kernel: a metadata JSON `NAME.json` beside some IR of NAME."""
+        by_folder: dict[str, list[WalkedFile]] = {}
+        for f in self.files:
+            if f.folder is not None:
+                by_folder.setdefault(f.folder, []).append(f)
+        return {k: v for k, v in by_folder.items() if kernel_json(v) is not None}
+
+
+def kernel_json(files: list[WalkedFile]) -> WalkedFile | None:
+    stems = {f.rel.rsplit("/", 1)[-1].rsplit(".", 1)[0] for f in files if f.kind in IR_KINDS}
+    for f in files:
+        if f.kind == "json" and f.rel.count("/") == 1:
+            stem = f.rel.rsplit("/", 1)[-1][: -len(".json")]
+            if stem in stems:
+                return f
+    return None
+
+
+def walk_cache(root: Path) -> Walk:
+    if not root.exists():
+        raise InputError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    walk = Walk()
+    try:
+        _walk(root, "", 0, walk)
+    except PermissionError:
+        raise InputError(f"{root}: permission denied") from None
+    _mark_partial_and_temporary(walk)
+    walk.files.sort(key=lambda f: f.rel)
+    walk.problems.sort(key=lambda p: p.rel)
+    return walk
+
+
+def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
+    with os.scandir(directory) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        try:
+            name = entry.name
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            walk.problems.append(
+                WalkProblem(
+                    prefix + os.fsencode(entry.name).decode("utf-8", "replace"), "file name is not valid UTF-8; skipped"
+                )
+            )
+            continue
+        rel = prefix + name
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            walk.problems.append(WalkProblem(rel, f"cannot stat: {exc.strerror}"))
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            walk.problems.append(WalkProblem(rel, "symbolic link not followed"))
+        elif stat.S_ISDIR(st.st_mode):
+            if depth + 1 >= MAX_DEPTH:
+                walk.problems.append(WalkProblem(rel, f"nested deeper than {MAX_DEPTH} levels; skipped"))
+                continue
+            try:
+                _walk(Path(entry.path), rel + "/", depth + 1, walk)
+            except OSError as exc:
+                walk.problems.append(WalkProblem(rel, f"cannot read directory: {exc.strerror}"))
+        elif stat.S_ISREG(st.st_mode):
+            folder = rel.split("/", 1)[0] if "/" in rel else None
+            walk.files.append(WalkedFile(rel, Path(entry.path), st.st_size, classify(name), folder))
+        else:
+            walk.problems.append(WalkProblem(rel, "not a regular file; skipped"))
+
+
+def _mark_partial_and_temporary(walk: Walk) -> None:
+    by_folder: dict[str, list[WalkedFile]] = {}
+    for f in walk.files:
+        if f.folder is not None:
+            by_folder.setdefault(f.folder, []).append(f)
+    for folder, files in by_folder.items():
+        if TEMP_DIR_RE.match(folder):
+            for f in files:
+                f.kind = "temporary"
+        elif kernel_json(files) is None and any(f.kind in IR_KINDS for f in files):
+            # a compile that died after writing some IR but before its metadata JSON
+            for f in files:
+                if f.kind in IR_KINDS:
+                    f.kind = "partial"

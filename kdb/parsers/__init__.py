@@ -1,1 +1,0 @@
-"""Parsers: pure functions from bytes or text to records. They raise only kdb.errors.ParseError."""

@@ -1,0 +1,169 @@
+"""Views of catalog listings (`kdb tags`, `show`, `ingest`, `verify`, `gc`): pure functions from records to text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdb.render.tables import (
+    _cell,
+    human_bytes,
+    render_rows,
+    table_csv,
+    table_text,
+    to_json,
+)
+
+# -- command-specific views -----------------------------------------------------------------------
+TAG_COLUMNS = (
+    "tag",
+    "created_at",
+    "kernel_count",
+    "file_count",
+    "problem_count",
+    "raw_bytes",
+    "stored_bytes",
+    "triton_versions",
+    "targets",
+    "labels",
+)
+
+
+def render_tags(snapshots: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return to_json(snapshots)
+    rows = [
+        [s[c] if c not in ("raw_bytes", "stored_bytes") or fmt == "csv" else human_bytes(s[c]) for c in TAG_COLUMNS]
+        for s in snapshots
+    ]
+    headers = ["tag", "created", "kernels", "files", "problems", "raw", "stored", "triton", "targets", "labels"]
+    if not snapshots and fmt == "table":
+        return "no snapshots yet: run `kdb ingest DIR --tag NAME`\n"
+    return render_rows(headers, rows, fmt)
+
+
+def render_snapshot(
+    snapshot: dict[str, Any], kinds: list[dict[str, Any]], problems: list[dict[str, Any]], fmt: str
+) -> str:
+    if fmt == "json":
+        return to_json({**snapshot, "kinds": kinds, "problems": problems})
+    if fmt == "csv":
+        return table_csv(list(snapshot), [list(snapshot.values())])
+    lines = [f"{k:16} {_cell(human_bytes(v) if k.endswith('bytes') else v)}" for k, v in snapshot.items()]
+    out = "\n".join(lines) + "\n\n"
+    out += table_text(["kind", "files", "bytes"], [[k["kind"], k["files"], human_bytes(k["bytes"])] for k in kinds])
+    if problems:
+        out += "\nproblems:\n" + table_text(
+            ["path", "stage", "reason"], [[p["path"], p["stage"], p["reason"]] for p in problems]
+        )
+    return out
+
+
+def render_ingest(summary: Any) -> str:
+    dedup = summary.raw_bytes - summary.new_bytes
+    line = (
+        f"{summary.tag}: {summary.kernels} kernels, {summary.files} files, {human_bytes(summary.raw_bytes)} read, "
+        f"{human_bytes(summary.new_bytes)} new in store, {human_bytes(max(dedup, 0))} compressed or deduplicated away, "
+        f"{summary.problems} problems, {summary.seconds:.1f} s"
+    )
+    out = line + "\n"
+    for p in summary.problem_list[:20]:
+        out += f"  problem: {p['path']}: {p['reason']}\n"
+    if len(summary.problem_list) > 20:
+        out += f"  … and {len(summary.problem_list) - 20} more (kdb show {summary.tag})\n"
+    return out
+
+
+def render_verify(report: Any, fmt: str) -> str:
+    if fmt == "json":
+        return to_json(
+            {
+                "ok": report.ok,
+                "blobs_checked": report.blobs_checked,
+                "problems": report.problems,
+                "unreferenced_blobs": report.unreferenced,
+                "unreferenced_bytes": report.unreferenced_bytes,
+                "temporaries": report.temporaries,
+            }
+        )
+    out = "".join(f"problem: {p}\n" for p in report.problems)
+    status = "OK" if report.ok else f"{len(report.problems)} problems"
+    out += (
+        f"verify: {status}; {report.blobs_checked} blobs re-hashed, {report.unreferenced} unreferenced "
+        f"({human_bytes(report.unreferenced_bytes)}, `kdb gc` frees them), {report.temporaries} leftover temporaries\n"
+    )
+    return out
+
+
+def gc_summary(result: Any) -> str:
+    out = (
+        f"gc: deleted {result.blobs_deleted} blobs and {result.temporaries_deleted} temporaries, "
+        f"freed {human_bytes(result.bytes_freed)}"
+    )
+    if result.catalog_compacted:
+        out += (
+            f"; catalog compacted {human_bytes(result.catalog_bytes_before)} -> "
+            f"{human_bytes(result.catalog_bytes_after)}"
+        )
+    return out + "\n"
+
+
+KERNEL_HEADLINE = (
+    "name",
+    "cache_key",
+    "backend",
+    "arch",
+    "triton_version",
+    "num_warps",
+    "num_stages",
+    "shared",
+    "vgpr_count",
+    "agpr_count",
+    "sgpr_count",
+    "vgpr_spill_count",
+    "sgpr_spill_count",
+    "scratch_bytes",
+    "registers",
+    "stack_bytes",
+    "static_shared",
+    "code_size",
+    "occupancy_llvm",
+    "occupancy_llvm_limiter",
+    "occupancy",
+    "occupancy_limiter",
+    "occupancy_unit",
+    "vgpr_headroom",
+    "instr_source",
+    "instr_count",
+    "spill_count",
+    "reload_count",
+)
+
+
+def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return to_json(details)
+    parts = []
+    for d in details:
+        lines = [f"{k:24} {_cell(d.get(k))}" for k in KERNEL_HEADLINE if d.get(k) is not None]
+        out = "\n".join(lines) + "\n"
+        by_group: dict[str, int] = {}
+        for m in d["mix"]:
+            by_group[m["grp"]] = by_group.get(m["grp"], 0) + m["count"]
+        if by_group:
+            out += "\ninstruction groups:\n" + table_text(
+                ["group", "count"], sorted(by_group.items(), key=lambda kv: -kv[1])
+            )
+            top = sorted(d["mix"], key=lambda m: -m["count"])[:15]
+            out += "\ntop mnemonics:\n" + table_text(
+                ["mnemonic", "group", "count"], [[m["mnemonic"], m["grp"], m["count"]] for m in top]
+            )
+        hot = [ln for ln in d["lines"] if ln["grp"] in ("matrix", "scratch", "local") and ln["line"]]
+        if hot:
+            out += "\nsource lines with matrix / spill instructions:\n" + table_text(
+                ["file", "line", "group", "count"],
+                [[ln["file"].rsplit("/", 1)[-1], ln["line"], ln["grp"], ln["count"]] for ln in hot],
+            )
+        if d["problems"]:
+            out += "\nproblems:\n" + "".join(f"  {p['path']}: {p['stage']}: {p['reason']}\n" for p in d["problems"])
+        parts.append(out)
+    return "\n".join(parts)

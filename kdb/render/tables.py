@@ -1,0 +1,116 @@
+"""Text primitives every renderer shares: aligned tables (drawn with rich, the one module here that imports it),
+CSV, markdown, JSON. Pure functions, no printing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+FORMATS = ("table", "json", "csv")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_json(document: Any) -> str:
+    return json.dumps(_jsonable(document), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_rich(renderable: Any, width: int = 100) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False).print(renderable)
+    return buf.getvalue()
+
+
+def table_text(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, width: int | None = None
+) -> str:
+    """A plain aligned table; without a width it is as wide as its content (for pipes and files)."""
+    t = RichTable(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold", min_width=min(len(c), 24))
+    if width is None:
+        cells = [[_cell(v) for v in r] for r in rows]
+        widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+        width = max(sum(widths) + 2 * len(columns), 20)
+    for r in rows:
+        t.add_row(*(_cell(v) for v in r))
+    return render_rich(t, width)
+
+
+def table_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([_cell(v) if not isinstance(v, (int, float)) else v for v in r])
+    return buf.getvalue()
+
+
+def table_markdown(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def esc(v: Any) -> str:
+        return _cell(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def rows_as_dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(columns, r, strict=False)) for r in rows]
+
+
+def render_rows(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: str | None = None, width: int | None = None
+) -> str:
+    if fmt == "json":
+        return to_json(rows_as_dicts(columns, rows))
+    if fmt == "csv":
+        return table_csv(columns, rows)
+    if fmt == "markdown":
+        return table_markdown(columns, rows)
+    return table_text(columns, rows, title, width)

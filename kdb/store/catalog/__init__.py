@@ -1,0 +1,20 @@
+"""The DuckDB catalog: every SQL statement kdb runs outside schema/ lives in this package.
+
+Owns duckdb (with kdb/store/staging.py). `Catalog` joins the connection (opening, migrations,
+transactions), the snapshot writer and the read queries, each in its own module. Imports only
+kdb.errors and the schema files (package data `kdb.schema`).
+"""
+
+from __future__ import annotations
+
+from kdb.store.catalog.connection import CatalogConnection, Table, schema_files
+from kdb.store.catalog.diff_queries import DiffQueries
+from kdb.store.catalog.queries import CatalogQueries
+from kdb.store.catalog.writer import SnapshotWriter
+
+
+class Catalog(SnapshotWriter, CatalogQueries, DiffQueries):
+    """The catalog, opened with `Catalog.open(path, read_only=…)`: writer and readers over one connection."""
+
+
+__all__ = ["Catalog", "CatalogConnection", "Table", "schema_files"]

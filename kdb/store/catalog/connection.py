@@ -1,0 +1,256 @@
+"""The catalog connection: opening (waiting while another process holds the file), creating, migrating,
+transactions, bulk inserts and the helpers every catalog query shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Self
+
+import duckdb
+
+from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
+
+# Users open the catalog with the DuckDB shell they have (duckdb-cli 1.5.x on PyPI today); a newer
+# library must not upgrade the file's storage format past what that shell reads.
+STORAGE_VERSION = "v1.5.0"
+# DuckDB's default 256 KiB block gives every table at least one block: a 6 MB floor for a small
+# catalog, larger than the compressed store of a few hundred kernels. 16 KiB blocks (the smallest
+# DuckDB allows; readable by the 1.5 shell) cut that floor to a few hundred KB.
+BLOCK_SIZE = 16384
+BUSY_POLL_S = 0.2
+WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
+
+MIGRATIONS_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       VARCHAR NOT NULL,
+    applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP)
+)
+"""
+
+
+def schema_files() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) for every numbered schema file, in order."""
+    out = []
+    for entry in resources.files("kdb.schema").iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:3].isdigit():
+            out.append((int(name[:3]), name, entry.read_text()))
+    return sorted(out)
+
+
+def _is_lock_conflict(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
+
+
+@dataclass
+class Table:
+    """Rows for one table, column-wise, ready for a single bulk insert."""
+
+    name: str
+    columns: list[str]
+    data: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data = {c: [] for c in self.columns}
+
+    def add(self, **row: Any) -> None:
+        for c in self.columns:
+            self.data[c].append(row.get(c))
+
+    def __len__(self) -> int:
+        return len(self.data[self.columns[0]]) if self.columns else 0
+
+    def clear(self) -> None:
+        self.data = {c: [] for c in self.columns}
+
+
+def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> None:
+    """Insert a column-wise Table in one statement (parameters only: no value ever enters the SQL text)."""
+    if not len(table):
+        return
+    selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
+    cols = ", ".join(table.columns)
+    con.execute(
+        f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
+        [table.data[c] for c in table.columns],
+    )
+
+
+class CatalogConnection:
+    """One DuckDB connection to the catalog; the query classes of this package build on it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+        self.con = con
+        self.path = path
+        self.read_only = read_only
+
+    @classmethod
+    def open(cls, path: Path, *, read_only: bool = False, wait_s: float = 10.0) -> Self:
+        """Open (creating and migrating when writable) the catalog, retrying while another process holds it."""
+        if not path.exists():
+            if read_only:
+                raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
+            cls._create(path)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                con = duckdb.connect(str(path), read_only=read_only)
+                break
+            except duckdb.IOException as exc:
+                if not _is_lock_conflict(exc):
+                    raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+                if time.monotonic() >= deadline:
+                    raise CatalogBusy(
+                        f"catalog busy: {path} is held by another process (waited {wait_s:g} s)"
+                    ) from None
+                time.sleep(BUSY_POLL_S)
+            except duckdb.Error as exc:
+                raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+        catalog = cls(con, path, read_only)
+        if not read_only:
+            catalog.migrate()
+        else:
+            catalog._check_migrated()
+        return catalog
+
+    @classmethod
+    def _create(cls, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".creating")
+        tmp.unlink(missing_ok=True)
+        con = duckdb.connect()
+        try:
+            con.execute("ATTACH ? AS fresh (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(tmp), STORAGE_VERSION, BLOCK_SIZE])
+            con.execute("DETACH fresh")
+        finally:
+            con.close()
+        # Fully migrated under a temporary name, then renamed: a kill never leaves a half-made catalog
+        # under the real name (a reader would otherwise find it "needing migration").
+        con = duckdb.connect(str(tmp))
+        try:
+            cls(con, tmp, read_only=False).migrate()
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        tmp.replace(path)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def applied_migrations(self) -> list[tuple[int, str]]:
+        return self.con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+
+    def migrate(self) -> list[str]:
+        self.con.execute(MIGRATIONS_TABLE_DDL)
+        done = {v for v, _ in self.applied_migrations()}
+        applied = []
+        for version, name, sql in schema_files():
+            if version in done:
+                continue
+            with self.transaction():
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+            applied.append(name)
+        return applied
+
+    def _check_migrated(self) -> None:
+        try:
+            done = {v for v, _ in self.applied_migrations()}
+        except duckdb.CatalogException:
+            done = set()
+        missing = [name for version, name, _ in schema_files() if version not in done]
+        if missing:
+            raise UsageError(
+                f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it"
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self.con.execute("COMMIT")
+
+    def _column_types(self, table: str) -> dict[str, str]:
+        rows = self.con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = ? AND table_catalog = current_database() ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+        return dict(rows)
+
+    def insert(self, table: Table) -> None:
+        bulk_insert(self.con, table, self._column_types(table.name))
+
+    def staging_schema(self, tables: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+        """Column types, from the catalog, of the columns an ingest stages for each table."""
+        out = {}
+        for name, columns in tables.items():
+            types = self._column_types(name)
+            out[name] = {c: types[c] for c in columns if c != "snapshot_id"}
+        return out
+
+    def snapshot_id(self, tag: str) -> int | None:
+        row = self.con.execute("SELECT snapshot_id FROM snapshots WHERE tag = ?", [tag]).fetchone()
+        return row[0] if row else None
+
+    def require_snapshot(self, tag: str) -> int:
+        sid = self.snapshot_id(tag)
+        if sid is None:
+            raise TagError(f"no snapshot tagged {tag!r} (see `kdb tags`)")
+        return sid
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """The one row a query always returns (an aggregate, a pragma)."""
+        row = self.con.execute(sql, list(params)).fetchone()
+        assert row is not None, sql
+        return row
+
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, list(params))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=False)) for row in cur.fetchall()]
+
+    def _tables_with(self, column: str, *besides: str) -> list[str]:
+        """Base tables holding `column` (other than `besides`): how rm and gc find every row to drop."""
+        rows = self.con.execute(
+            "SELECT DISTINCT table_name FROM information_schema.columns "
+            "WHERE column_name = ? AND table_name <> ALL(?::VARCHAR[]) AND table_catalog = current_database() "
+            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')",
+            [column, list(besides)],
+        ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def _snapshot_tables(self) -> list[str]:
+        return self._tables_with("snapshot_id", "snapshots")
+
+    def _folder_tables(self) -> list[str]:
+        """Tables keyed by folder content (everything with a folder_digest column except the folder sets)."""
+        return self._tables_with("folder_digest", "folder_sets")
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a user's SQL (the user's own text by design: `kdb sql`), on a read-only connection."""
+        try:
+            cur = self.con.execute(sql)
+        except duckdb.Error as exc:
+            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        if cur.description is None:
+            return [], []
+        return [d[0] for d in cur.description], cur.fetchall()

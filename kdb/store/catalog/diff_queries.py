@@ -1,0 +1,86 @@
+"""Read queries for `kdb diff` (kdb/diff/sides.py): kernel facts, documents, instruction mixes, stage files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kdb.store.catalog.connection import CatalogConnection
+
+
+class DiffQueries(CatalogConnection):
+    def diff_kernels(self, tag: str) -> list[dict[str, Any]]:
+        """Every kernel of a snapshot with its analysis facts, identity and digests. The JSON documents
+        come only where the diff needs them to fill a gap (catalogs written before identities, options
+        and metadata digests were recorded); `kernel_documents` fetches them for a deep view."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            """
+            SELECT k.*, kf.triton_version_source, kf.metadata_digest,
+                   CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
+                   CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
+                   a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
+                   a.instr_mix_digest, a.instr_groups
+            FROM kernels k
+            JOIN kernel_folders kf USING (folder_digest)
+            LEFT JOIN kernel_analysis a USING (folder_digest)
+            WHERE k.snapshot_id = ?
+            """,
+            [sid],
+        )
+
+    def kernel_documents(self, folder_digests: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Triton JSON, code-object metadata, descriptor and `; Kernel info` of some kernel folders."""
+        rows = self._dicts(
+            """
+            SELECT kf.folder_digest, kf.metadata AS triton_metadata, a.identity_parts, a.co_metadata,
+                   a.descriptor, a.kernel_info
+            FROM kernel_folders kf LEFT JOIN kernel_analysis a USING (folder_digest)
+            WHERE kf.folder_digest IN (SELECT unnest(?::VARCHAR[]))
+            """,
+            [list(folder_digests)],
+        )
+        return {r.pop("folder_digest"): r for r in rows}
+
+    def diff_instr_mix(self, tag: str, cache_keys: Sequence[str]) -> dict[str, list[tuple[str, str, int]]]:
+        """Instruction mix of some kernels of a snapshot (from the source its analysis chose), as
+        cache_key -> [(mnemonic, group, count)] (a deep view's side-by-side table)."""
+        self.require_snapshot(tag)
+        rows = self.con.execute(
+            "SELECT cache_key, mnemonic, grp, count FROM instr_mix WHERE tag = ? "
+            "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, mnemonic, grp",
+            [tag, list(cache_keys)],
+        ).fetchall()
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for key, mnemonic, grp, count in rows:
+            out.setdefault(key, []).append((mnemonic, grp, count))
+        return out
+
+    def diff_mnemonic_counts(self, tag: str, cache_keys: Sequence[str]) -> dict[str, dict[str, int]]:
+        """cache_key -> {mnemonic: count} (groups summed) of some kernels of a snapshot: what a diff
+        compares when two mixes' digests differ. One "mnemonic count ..." string per kernel: at 10k
+        kernels, 3x cheaper to bring into Python than 600k rows (mnemonics never hold a space)."""
+        self.require_snapshot(tag)
+        rows = self.con.execute(
+            "SELECT cache_key, string_agg(mnemonic || ' ' || count, ' ') FROM instr_mix "
+            "WHERE tag = ? AND cache_key IN (SELECT unnest(?::VARCHAR[])) GROUP BY cache_key",
+            [tag, list(cache_keys)],
+        ).fetchall()
+        out: dict[str, dict[str, int]] = {}
+        for key, joined in rows:
+            parts = joined.split(" ")
+            counts = dict(zip(parts[::2], map(int, parts[1::2]), strict=False))
+            if 2 * len(counts) != len(parts):  # a mnemonic in two groups (MUBUF scratch and global): sum
+                counts = {}
+                for mnemonic, count in zip(parts[::2], map(int, parts[1::2]), strict=False):
+                    counts[mnemonic] = counts.get(mnemonic, 0) + count
+            out[key] = counts
+        return out
+
+    def diff_kernel_files(self, tag: str) -> list[dict[str, Any]]:
+        """The files of every kernel folder of a snapshot (to read stage texts from the blob store)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT cache_key, path, kind, hash, size FROM files WHERE snapshot_id = ? AND cache_key IS NOT NULL ORDER BY path",
+            [sid],
+        )

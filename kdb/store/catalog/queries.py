@@ -1,0 +1,123 @@
+"""Read queries over the catalog: snapshots, files, kernels, integrity checks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kdb.store.catalog.connection import CatalogConnection
+
+
+class CatalogQueries(CatalogConnection):
+    def known_folders(self, cache_keys: Sequence[str]) -> dict[str, frozenset[str]]:
+        """Folder digests the catalog already holds, per cache key (a re-ingest skips those folders)."""
+        rows = self.con.execute(
+            "SELECT cache_key, list(folder_digest) FROM folders WHERE cache_key IN (SELECT unnest(?::VARCHAR[])) "
+            "GROUP BY cache_key",
+            [list(cache_keys)],
+        ).fetchall()
+        return {key: frozenset(digests) for key, digests in rows}
+
+    def kernel_folders_of(self, tag: str) -> list[tuple[str, str]]:
+        """(cache_key, folder_digest) of every kernel folder of a snapshot."""
+        sid = self.require_snapshot(tag)
+        return self.con.execute(
+            "SELECT cache_key, folder_digest FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]
+        ).fetchall()
+
+    def folder_files(self, digest: str) -> list[dict[str, Any]]:
+        return self._dicts(
+            "SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name", [digest]
+        )
+
+    def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
+        """Rows of the `kernels` view for kernels whose name or cache key matches (glob or exact)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT * EXCLUDE (snapshot_id, folder_digest) FROM kernels WHERE snapshot_id = ? AND (name = ? OR cache_key = ? "
+            "OR name GLOB ?) ORDER BY name, cache_key",
+            [sid, pattern, pattern, pattern],
+        )
+
+    def kernel_detail(self, tag: str, cache_key: str) -> dict[str, Any]:
+        sid = self.require_snapshot(tag)
+        analysis = self._dicts(
+            "SELECT a.* EXCLUDE (folder_digest) FROM kernel_analysis a JOIN snapshot_folders sf USING (folder_digest) "
+            "WHERE sf.snapshot_id = ? AND sf.cache_key = ?",
+            [sid, cache_key],
+        )
+        mix = self._dicts(
+            "SELECT grp, mnemonic, count FROM instr_mix WHERE tag = ? AND cache_key = ? "
+            "ORDER BY grp, count DESC, mnemonic",
+            [tag, cache_key],
+        )
+        lines = self._dicts(
+            "SELECT file, line, grp, count FROM source_lines WHERE tag = ? AND cache_key = ? "
+            "AND source IN ('amdgcn', 'ptx') ORDER BY file, line, grp",
+            [tag, cache_key],
+        )
+        problems = self._dicts(
+            "SELECT path, stage, reason FROM problems WHERE tag = ? AND cache_key = ? ORDER BY path", [tag, cache_key]
+        )
+        return {"analysis": analysis[0] if analysis else {}, "mix": mix, "lines": lines, "problems": problems}
+
+    SNAPSHOT_COLUMNS = """
+        tag, created_at, source_path, host, kdb_version, triton_versions, targets, kernel_count,
+        file_count, problem_count, raw_bytes, stored_bytes, new_bytes, labels
+    """
+
+    def list_snapshots(self) -> list[dict[str, Any]]:
+        return self._dicts(f"SELECT {self.SNAPSHOT_COLUMNS} FROM snapshots ORDER BY created_at, tag")
+
+    def get_snapshot(self, tag: str) -> dict[str, Any]:
+        self.require_snapshot(tag)
+        return self._dicts(f"SELECT {self.SNAPSHOT_COLUMNS} FROM snapshots WHERE tag = ?", [tag])[0]
+
+    def snapshot_files(self, tag: str) -> list[dict[str, Any]]:
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT path, hash, size, kind, cache_key FROM files WHERE snapshot_id = ? ORDER BY path", [sid]
+        )
+
+    def snapshot_file(self, tag: str, path: str) -> dict[str, Any] | None:
+        sid = self.require_snapshot(tag)
+        rows = self._dicts("SELECT path, hash, size, kind FROM files WHERE snapshot_id = ? AND path = ?", [sid, path])
+        return rows[0] if rows else None
+
+    def kind_counts(self, tag: str) -> list[dict[str, Any]]:
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT kind, count(*) AS files, sum(size) AS bytes FROM files WHERE snapshot_id = ? GROUP BY kind ORDER BY kind",
+            [sid],
+        )
+
+    def snapshot_problems(self, tag: str) -> list[dict[str, Any]]:
+        self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT path, cache_key, stage, reason FROM problems WHERE tag = ? ORDER BY path, stage", [tag]
+        )
+
+    def referenced_blobs(self) -> list[dict[str, Any]]:
+        """Every blob the catalog refers to, with the size files say it has and how many files use it."""
+        return self._dicts(
+            """
+            SELECT f.hash, any_value(f.size) AS size, count(DISTINCT f.size) AS sizes, count(*) AS refs,
+                   any_value(s.tag || ':' || f.path) AS example, (b.hash IS NULL) AS unrecorded
+            FROM files f JOIN snapshots s USING (snapshot_id) LEFT JOIN blobs b ON b.hash = f.hash
+            GROUP BY f.hash, b.hash ORDER BY f.hash
+            """
+        )
+
+    def dangling_rows(self) -> list[str]:
+        """Rows that name a snapshot that does not exist: a sign of a catalog damaged outside kdb."""
+        out = []
+        for table in self._snapshot_tables():
+            n = self._one(f"SELECT count(*) FROM {table} WHERE snapshot_id NOT IN (SELECT snapshot_id FROM snapshots)")[
+                0
+            ]
+            if n:
+                out.append(f"{table}: {n} rows name no snapshot")
+        return out
+
+    def all_blob_hashes(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT hash FROM blobs").fetchall()}

@@ -1,0 +1,215 @@
+"""Writing the catalog: a whole snapshot in one transaction, removal, re-analysed rows, garbage and compaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kdb.errors import KdbError, TagError
+from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection
+
+
+class SnapshotWriter(CatalogConnection):
+    def write_snapshot(self, snapshot: dict[str, Any], staging: Path, *, replace: bool) -> int:
+        """Record a whole snapshot, staged by the ingest in `staging`, in one transaction: it appears
+        completely or not at all.
+
+        Tables with a snapshot_id column get the new id; blobs add only hashes the catalog lacks;
+        folder-keyed rows arrive only for folders the catalog lacked. Counts and sizes are then
+        computed from what was recorded."""
+        # Without a limit DuckDB keeps every page the transaction writes cached (up to 80% of RAM): at
+        # 10k kernels that made the commit the ingest's memory peak. Insertion order is irrelevant here.
+        self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
+        self.con.execute("SET preserve_insertion_order = false")
+        self.con.execute("ATTACH ? AS staged (READ_ONLY)", [str(staging)])
+        try:
+            return self._write_snapshot(snapshot, replace)
+        finally:
+            self.con.execute("DETACH staged")
+
+    def _write_snapshot(self, snapshot: dict[str, Any], replace: bool) -> int:
+        with self.transaction():
+            old = self.snapshot_id(snapshot["tag"])
+            if old is not None:
+                if not replace:
+                    raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
+                self._delete_snapshot_rows(old)
+            sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
+            folder_set = self._record_folder_set()
+            labels = snapshot.get("labels") or {}
+            self.con.execute(
+                """
+                INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
+                    triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
+                    stored_bytes, new_bytes, labels, folder_set)
+                VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
+                """,
+                [
+                    sid,
+                    snapshot["tag"],
+                    snapshot["created_at"],
+                    snapshot["source_path"],
+                    snapshot["host"],
+                    snapshot["kdb_version"],
+                    snapshot["file_count"],
+                    snapshot["raw_bytes"],
+                    snapshot["new_bytes"],
+                    list(labels.keys()),
+                    list(labels.values()),
+                    folder_set,
+                ],
+            )
+            staged = self.con.execute(
+                "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+                "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+            ).fetchall()
+            for name, columns in staged:
+                cols = ", ".join(columns)
+                if name == "folder_sets":
+                    continue  # recorded above, once per distinct set
+                if "snapshot_id" in self._column_types(name):
+                    self.con.execute(
+                        f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid]
+                    )
+                elif name == "blobs":
+                    self.con.execute(
+                        "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
+                        "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
+                    )
+                else:
+                    self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
+            self._update_snapshot_totals(sid)
+        return sid
+
+    def _record_folder_set(self) -> str | None:
+        """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
+        no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
+        digest = self._one(
+            "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
+            "FROM staged.folder_sets"
+        )[0]
+        if (
+            digest is not None
+            and not self.con.execute("SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
+        ):
+            self.con.execute(
+                "INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
+                "SELECT ?, cache_key, folder_digest FROM staged.folder_sets",
+                [digest],
+            )
+        return digest
+
+    def _drop_unused_folder_sets(self) -> None:
+        self.con.execute(
+            "DELETE FROM folder_sets WHERE set_digest NOT IN "
+            "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)"
+        )
+
+    def _update_snapshot_totals(self, sid: int) -> None:
+        self.con.execute(
+            """
+            UPDATE snapshots SET
+                kernel_count = (SELECT count(*) FROM kernels WHERE snapshot_id = $1),
+                triton_versions = coalesce((SELECT list(DISTINCT triton_version ORDER BY triton_version)
+                                   FROM kernels WHERE snapshot_id = $1 AND triton_version IS NOT NULL), []),
+                targets = coalesce((SELECT list(DISTINCT backend || ':' || arch || ':' || warp_size ORDER BY 1)
+                           FROM kernels WHERE snapshot_id = $1 AND backend IS NOT NULL), []),
+                problem_count = (SELECT count(*) FROM problems WHERE tag = (SELECT tag FROM snapshots WHERE snapshot_id = $1)),
+                stored_bytes = (SELECT coalesce(sum(stored_size), 0) FROM blobs
+                                WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = $1))
+            WHERE snapshot_id = $1
+            """,
+            [sid],
+        )
+
+    def _delete_snapshot_rows(self, sid: int) -> None:
+        for table in self._snapshot_tables():
+            self.con.execute(f"DELETE FROM {table} WHERE snapshot_id = ?", [sid])
+        self.con.execute("DELETE FROM snapshots WHERE snapshot_id = ?", [sid])
+        self._drop_unused_folder_sets()
+
+    def delete_snapshot(self, tag: str) -> None:
+        with self.transaction():
+            self._delete_snapshot_rows(self.require_snapshot(tag))
+
+    def replace_folder_rows(self, digests: Sequence[str], staging: Path, tables: Sequence[str]) -> None:
+        """Swap the derived rows of these folders (kernel JSON rows and analysis) for the rows staged in
+        `staging` (`kdb reindex`), in one transaction."""
+        self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
+        self.con.execute("ATTACH ? AS staged (READ_ONLY)", [str(staging)])
+        try:
+            with self.transaction():
+                for name in tables:
+                    self.con.execute(
+                        f"DELETE FROM {name} WHERE folder_digest IN (SELECT unnest(?::VARCHAR[]))", [list(digests)]
+                    )
+                    cols = ", ".join(c for c in self._column_types(name) if c in self._staged_columns(name))
+                    self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
+                for (sid,) in self.con.execute("SELECT snapshot_id FROM snapshots").fetchall():
+                    self._update_snapshot_totals(sid)
+        finally:
+            self.con.execute("DETACH staged")
+
+    def _staged_columns(self, table: str) -> list[str]:
+        rows = self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'staged' AND table_name = ? "
+            "ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def drop_unreferenced(self) -> int:
+        """Forget folders no snapshot holds, then blobs no file uses; return how many blob rows went."""
+        with self.transaction():
+            self._drop_unused_folder_sets()
+            for table in self._folder_tables():
+                self.con.execute(
+                    f"DELETE FROM {table} WHERE folder_digest NOT IN "
+                    "(SELECT DISTINCT folder_digest FROM snapshot_folders)"
+                )
+            unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
+            n = self._one(f"SELECT count(*) FROM blobs WHERE {unused}")[0]
+            self.con.execute(f"DELETE FROM blobs WHERE {unused}")
+        return n
+
+    def space(self) -> tuple[int, int]:
+        """(free bytes, total bytes) of the catalog file: DuckDB keeps the blocks a large commit or a
+        delete left free and reuses them for later writes, but never gives them back to the file system."""
+        block, total, free = self._one(
+            "SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
+            "WHERE database_name = current_database()"
+        )
+        return free * block, total * block
+
+    def copy_into(self, dest: Path) -> None:
+        """Write every table, view and row of this catalog into a new file `dest` (same storage version
+        and block size), leaving the free blocks behind. Checked: each table has as many rows in the copy."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in (dest, Path(str(dest) + ".wal")):
+            leftover.unlink(missing_ok=True)
+        source = self._one("SELECT current_database()")[0]
+        tables = [
+            r[0]
+            for r in self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() ORDER BY 1"
+            ).fetchall()
+        ]
+        self.con.execute(
+            f"SET memory_limit = '{WRITE_MEMORY}'"
+        )  # as for an ingest's commit: else DuckDB caches the copy
+        self.con.execute(
+            "ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE]
+        )
+        try:
+            self.con.execute(f'COPY FROM DATABASE "{source}" TO compacted')
+            for table in tables:
+                a, b = self._one(
+                    f'SELECT (SELECT count(*) FROM "{source}".main."{table}"), '
+                    f'(SELECT count(*) FROM compacted.main."{table}")'
+                )
+                if a != b:
+                    raise KdbError(f"catalog copy is incomplete: table {table} has {b} of {a} rows")
+            self.con.execute("CHECKPOINT compacted")
+        finally:
+            self.con.execute("DETACH compacted")

@@ -1,0 +1,103 @@
+"""The lint, format and type checks configured in pyproject.toml, run as part of the suite so that CI
+(`.ci/run`: `pip install -e '.[test]' && python -m pytest`) fails when any of them fails."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+CHECKS = {
+    "ruff check": [sys.executable, "-m", "ruff", "check", "."],
+    "ruff format --check": [sys.executable, "-m", "ruff", "format", "--check", "."],
+    "mypy": [sys.executable, "-m", "mypy"],
+}
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 250
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_tool_passes(name):
+    proc = subprocess.run(CHECKS[name], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_modules_and_classes_stay_small():
+    too_big = []
+    for path in sorted((ROOT / "kdb").rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                too_big.append(f"{path.relative_to(ROOT)}: class {node.name}")
+    assert too_big == []
+
+
+# Which kdb package may import which (first component under kdb; "kdb" is the package root's __version__).
+# The data flow: cache dir -> ingest -> store + analysis -> catalog -> diff -> render -> cli.
+ALLOWED_IMPORTS = {
+    "errors": set(),
+    "render": set(),
+    "triton": {"errors"},
+    "analysis": {"errors", "triton"},
+    "store": {"errors"},
+    "ingest": {"kdb", "errors", "store", "analysis", "triton"},
+    "diff": {"errors", "store", "triton", "render"},
+    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render"},
+    "__main__": {"cli"},
+}
+
+
+def package_imports() -> dict[str, set[str]]:
+    """kdb package -> the kdb packages its modules import (module level or inside functions)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "kdb").rglob("*.py")):
+        rel = path.relative_to(ROOT / "kdb").with_suffix("").parts
+        if rel == ("__init__",):
+            continue
+        package = rel[0]
+        deps = graph.setdefault(package, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = (
+                    [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    if node.module == "kdb"
+                    else [node.module]
+                )
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "kdb":
+                    continue
+                target = parts[1] if len(parts) > 1 else "kdb"
+                if target == "__version__":
+                    target = "kdb"
+                if target != package:
+                    deps.add(target)
+    return graph
+
+
+def test_packages_import_only_downstream():
+    graph = package_imports()
+    wrong = {p: sorted(deps - ALLOWED_IMPORTS[p]) for p, deps in graph.items() if deps - ALLOWED_IMPORTS.get(p, set())}
+    assert wrong == {}
+    # and the graph has no cycle
+    seen: dict[str, int] = {}
+
+    def visit(p: str) -> None:
+        assert seen.get(p) != 1, f"import cycle through {p}"
+        if seen.get(p) == 2:
+            return
+        seen[p] = 1
+        for q in graph.get(p, ()):
+            visit(q)
+        seen[p] = 2
+
+    for p in graph:
+        visit(p)
