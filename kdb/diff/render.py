@@ -38,6 +38,27 @@ def _label(k: KernelDiff) -> str:
     return k.status.label
 
 
+def _occupancy_text(value: Any, limiter: Any) -> str:
+    """Occupancy 0 with limiter `lds`: the LDS request exceeds what one workgroup may use."""
+    if value == 0 and limiter == "lds":
+        return "cannot launch"
+    return "-" if value is None else str(value)
+
+
+def _occupancy(k: KernelDiff) -> str:
+    m = k.metrics.get("occupancy")
+    lim = k.limiters.get("occupancy_limiter") or {}
+    if not m:
+        facts = k.facts
+        return (
+            ""
+            if facts is None or facts.get("occupancy") is None
+            else _occupancy_text(facts.get("occupancy"), facts.get("occupancy_limiter"))
+        )
+    a, b = _occupancy_text(m["a"], lim.get("a")), _occupancy_text(m["b"], lim.get("b"))
+    return a if a == b else f"{a}→{b}"
+
+
 def _arrow(k: KernelDiff, metric: str) -> str:
     m = k.metrics.get(metric)
     if not m:
@@ -85,17 +106,18 @@ def table_rows(r: DiffResult) -> list[list[Any]]:
             [
                 _label(k),
                 f"{k.name} {keys}",
-                _arrow(k, "occupancy"),
+                _occupancy(k),
                 _arrow(k, _regs_metric(k)),
                 _spill_text(k),
                 _arrow(k, _scratch_metric(k)),
                 k.first_changed_stage or "",
+                k.reason or "" if k.status.changed else "",
             ]
         )
     return rows
 
 
-TABLE_HEADERS = ["status", "kernel key", "occ", "regs", "spill", "scratch", "stage"]
+TABLE_HEADERS = ["status", "kernel key", "occ", "regs", "spill", "scratch", "stage", "why"]
 
 
 def render_table(r: DiffResult) -> str:
