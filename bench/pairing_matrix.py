@@ -97,9 +97,9 @@ def inductor_snapshots() -> list[Snapshot]:
     manifest = json.loads(manifest_path.read_text())
     out = []
     for tag, entry in manifest["snapshots"].items():
-        records = json.loads((base / entry["records"]).read_text())
+        doc = json.loads((base / entry["records"]).read_text())
         folders: dict[str, set[str]] = {}
-        for rec in records:
+        for rec in doc["records"] if isinstance(doc, dict) else doc:
             if rec.get("status") == "ok" and rec.get("cache_key"):
                 folders.setdefault(rec["cache_key"], set()).add(rec["config_id"])
         out.append(
@@ -107,7 +107,7 @@ def inductor_snapshots() -> list[Snapshot]:
                 tag,
                 base / entry["archive"],
                 entry["release"],
-                f"hip:{entry['target']}",
+                ":".join(entry["target"].split(":")[:2]),  # hip:gfx942:64 -> hip:gfx942
                 f"inductor:{entry['scenario']}",
                 {k: frozenset(v) for k, v in folders.items()},
             )
