@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
+import io
 import itertools
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,8 +170,30 @@ def score(a: Snapshot, b: Snapshot, diff_doc: dict) -> PairScore:
     return s
 
 
+Runner = Callable[[Path, list[str]], tuple[int, str]]
+
+
+def subprocess_runner(home: Path, args: list[str]) -> tuple[int, str]:
+    proc = kdb(home, *args)
+    return proc.returncode, proc.stdout
+
+
+def in_process_runner(home: Path, args: list[str]) -> tuple[int, str]:
+    """The CLI called in this process (no interpreter start per diff); stdout captured."""
+    from kdb.cli import run
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = run(["--home", str(home), *args])
+    return code, out.getvalue()
+
+
 def diff_documents(
-    home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False, jobs: int = 2
+    home: Path,
+    pairs: list[tuple[Snapshot, Snapshot]],
+    across_targets: bool = False,
+    jobs: int = 2,
+    runner: Runner | None = None,
 ) -> list[dict]:
     """`kdb diff A B --format json` of every pair, in order."""
 
@@ -177,19 +202,25 @@ def diff_documents(
         args = ["diff", a.tag, b.tag, "--format", "json", "--min-match", "0"]
         if across_targets:
             args.append("--across-targets")
-        proc = kdb(home, *args)
-        if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
-            raise RuntimeError(f"diff {a.tag} {b.tag}: exit {proc.returncode}: {proc.stderr.strip()}")
-        return json.loads(proc.stdout)
+        code, out = (runner or subprocess_runner)(home, args)
+        if code not in (0, 1, 2) or not out.strip():
+            raise RuntimeError(f"diff {a.tag} {b.tag}: exit {code}")
+        return json.loads(out)
 
+    if runner is not None:  # in-process: one at a time
+        return [one(p) for p in pairs]
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(one, pairs))
 
 
 def run_matrix(
-    home: Path, pairs: list[tuple[Snapshot, Snapshot]], across_targets: bool = False, jobs: int = 2
+    home: Path,
+    pairs: list[tuple[Snapshot, Snapshot]],
+    across_targets: bool = False,
+    jobs: int = 2,
+    runner: Runner | None = None,
 ) -> list[PairScore]:
-    docs = diff_documents(home, pairs, across_targets, jobs)
+    docs = diff_documents(home, pairs, across_targets, jobs, runner)
     return [score(a, b, doc) for (a, b), doc in zip(pairs, docs, strict=True)]
 
 

@@ -14,6 +14,9 @@ sys.path.insert(0, str(CORPUS))
 
 from unpack import unpack_archive  # noqa: E402  (corpus/unpack.py, also used by the quick start)
 
+sys.path.insert(0, str(ROOT / "bench"))
+import pairing_matrix  # noqa: E402  (bench/pairing_matrix.py: corpus snapshots with their build records)
+
 
 def load_manifest() -> dict:
     return json.loads((CORPUS / "manifest.json").read_text())
@@ -49,3 +52,27 @@ def unpack_snapshot(tmp_path_factory: pytest.TempPathFactory):
         return cache[name]
 
     return unpack
+
+
+@pytest.fixture(scope="session")
+def corpus_snapshots() -> list[pairing_matrix.Snapshot]:
+    """Every snapshot of the corpus with its build record: the kernel suite and the recompiled Inductor kernels."""
+    return pairing_matrix.suite_snapshots() + pairing_matrix.inductor_snapshots()
+
+
+@pytest.fixture(scope="session")
+def corpus_home(tmp_path_factory: pytest.TempPathFactory, unpack_snapshot, corpus_snapshots) -> Path:
+    """One kdb home holding every snapshot of the corpus, each tagged by its name (ingested once per session)."""
+    from kdb.ingest.snapshot import ingest
+    from kdb.store.home import Home
+
+    home = tmp_path_factory.mktemp("corpus-home")
+    suite = set(load_manifest()["snapshots"])
+    for snap in corpus_snapshots:
+        cache = (
+            unpack_snapshot(snap.tag)
+            if snap.tag in suite
+            else unpack_archive(snap.archive, tmp_path_factory.mktemp(f"cache-{snap.tag}"))
+        )
+        ingest(Home(home), cache, snap.tag)
+    return home

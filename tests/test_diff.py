@@ -17,8 +17,6 @@ from conftest import CORPUS, ROOT, load_manifest, snapshot_names
 from helpers import kdb
 
 from kdb.errors import ExitCode
-from kdb.ingest.snapshot import ingest
-from kdb.store.home import Home
 
 READELF = Path("/usr/lib/llvm-22/bin/llvm-readelf")
 SCHEMA = json.loads((ROOT / "docs" / "diff-json-schema.json").read_text())
@@ -38,15 +36,6 @@ def available_pairs() -> list[tuple[str, str, bool]]:
 
 def pair_id(p: tuple[str, str, bool]) -> str:
     return f"{p[0]}->{p[1]}{'(across)' if p[2] else ''}"
-
-
-@pytest.fixture(scope="session")
-def corpus_home(tmp_path_factory, unpack_snapshot) -> Path:
-    """One kdb home holding every snapshot of the manifest, tagged by its name."""
-    home = tmp_path_factory.mktemp("diff-home")
-    for name in snapshot_names():
-        ingest(Home(home), unpack_snapshot(name), name)
-    return home
 
 
 def records(name: str) -> dict[str, str]:

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import json
 
+import pairing_matrix as pm
+import pytest
 from helpers import kdb_subprocess
-from test_pairing import corpus_home, same_target_diffs  # noqa: F401  (shared session fixtures)
+from test_pairing import same_target_diffs  # noqa: F401  (a shared session fixture)
 
 SPILL_COLUMNS = {"hip": ("vgpr_spill_count", "scratch_bytes"), "cuda": ("local_bytes", "stack_bytes")}
 SPILL_WORDS = ("spills", "scratch", "local memory", "stack")
+
+
+@pytest.fixture(scope="session")
+def both_directions(corpus_home, same_target_diffs):  # noqa: F811
+    """Every same-target pair as an upgrade (older -> newer) and as a rollback (newer -> older): a kernel
+    that stops spilling in an upgrade starts spilling in the rollback."""
+    reverse = [(b, a) for a, b, _ in same_target_diffs]
+    docs = pm.diff_documents(corpus_home, reverse, runner=pm.in_process_runner)
+    return list(same_target_diffs) + [(a, b, doc) for (a, b), doc in zip(reverse, docs, strict=True)]
 
 
 def _grew(k: dict, columns: tuple[str, ...]) -> bool:
@@ -27,9 +38,9 @@ def _backend(k: dict) -> str:
     return (k.get("target") or "hip").split(":")[0]
 
 
-def test_spill_growth_ranks_above_everything_else_and_says_why(same_target_diffs) -> None:  # noqa: F811
+def test_spill_growth_ranks_above_everything_else_and_says_why(both_directions) -> None:
     starts = grows = 0
-    for a, b, doc in same_target_diffs:
+    for a, b, doc in both_directions:
         ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
         spill = [i for i, k in enumerate(ranked) if _grew(k, SPILL_COLUMNS[_backend(k)])]
         others = [i for i, k in enumerate(ranked) if i not in spill]
@@ -44,9 +55,9 @@ def test_spill_growth_ranks_above_everything_else_and_says_why(same_target_diffs
     assert starts > 0 and grows > 0, "the corpus must hold kernels that start spilling in an upgrade"
 
 
-def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(same_target_diffs) -> None:  # noqa: F811
+def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(both_directions) -> None:
     drops = neutral_sgpr = 0
-    for a, b, doc in same_target_diffs:
+    for a, b, doc in both_directions:
         ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
         drop = [
             i
@@ -68,8 +79,8 @@ def test_occupancy_drops_rank_next_and_sgpr_only_changes_are_neutral(same_target
     assert drops > 0
 
 
-def test_occupancy_llvm_equals_the_compilers_comment_on_every_kernel(corpus_home) -> None:  # noqa: F811
-    home, _ = corpus_home
+def test_occupancy_llvm_equals_the_compilers_comment_on_every_kernel(corpus_home) -> None:
+    home = corpus_home
     rows = json.loads(
         kdb_subprocess(
             home,
@@ -80,7 +91,7 @@ def test_occupancy_llvm_equals_the_compilers_comment_on_every_kernel(corpus_home
         FROM kernels k JOIN kernel_analysis a USING (folder_digest) WHERE k.backend = 'hip'""",
             "--format",
             "json",
-        ).stdout
+        ).out
     )
     with_comment = [r for r in rows if r["asm_occupancy"] is not None]
     assert len(with_comment) > 1000, len(with_comment)
