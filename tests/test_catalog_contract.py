@@ -145,15 +145,15 @@ def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot
 
 
 @pytest.mark.parametrize("name", AMD)
-def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, unpack_snapshot, tmp_path, capsys):
+def test_catalog_occupancy_and_registers_match_the_compilers_asm_comment(name, corpus_home):
     """`; Kernel info` (Triton 3.2+) and the `.amdgpu_metadata` YAML are the compiler's own account."""
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
-    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    con = duckdb.connect(str(corpus_home / "catalog.duckdb"), read_only=True)
     rows = con.execute(
         "SELECT k.name, k.occupancy_llvm, k.vgpr_count, k.sgpr_count, k.scratch_bytes, a.kernel_info, "
-        "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (folder_digest)"
+        "k.instr_source, k.instr_count FROM kernels k JOIN kernel_analysis a USING (folder_digest) WHERE k.tag = ?",
+        [name],
     ).fetchall()
+    con.close()
     assert len(rows) == load_manifest()["snapshots"][name]["kernel_count"]
     with_info = 0
     for kname, occ, vgpr, sgpr, scratch, info_json, source, count in rows:
