@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -18,9 +18,10 @@ from kdb.render import listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home
+from kdb.terminal import page_text, terminal_width, use_color
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     help="kdb: an offline artifact database and diff tool for Triton kernel caches.",
     pretty_exceptions_enable=False,
@@ -46,6 +47,10 @@ def _fmt(value: str, allowed: tuple[str, ...] = tables.FORMATS) -> str:
 
 def _out(text: str) -> None:
     sys.stdout.write(text)
+
+
+def _page(text: str, enabled: bool = True) -> None:
+    page_text(text, enabled)
 
 
 def _version(value: bool) -> None:
@@ -328,7 +333,8 @@ def _reader() -> Catalog:
 def run(argv: list[str] | None = None) -> int:
     """Run kdb with argv and return its exit status; every error becomes one line on stderr."""
     try:
-        app(args=argv, prog_name="kdb", standalone_mode=True)
+        rv = app(args=argv, prog_name="kdb", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else ExitCode.USAGE)
@@ -345,6 +351,8 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"kdb: error: {exc.strerror or exc}: {exc.filename or ''}\n")
         return ExitCode.FAILURE
     except Exception as exc:  # a bug: still one line, the traceback only on request
+        if _is_click_error(exc):
+            return _click_error(exc)
         if os.environ.get("KDB_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
@@ -353,20 +361,55 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _is_click_error(exc: Exception) -> bool:
+    """Click's own exceptions (usage errors, Abort), whichever copy of click typer uses."""
+    return any(c.__name__ in ("ClickException", "Abort") for c in type(exc).__mro__)
+
+
+def _click_error(exc: Exception) -> int:
+    """A usage error as one `kdb: error:` line, exit 2 (`kdb` alone prints the help)."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        _out(exc.ctx.get_help() + "\n")  # type: ignore[attr-defined]
+        return ExitCode.USAGE
+    if type(exc).__name__ == "Abort":
+        sys.stderr.write("kdb: interrupted\n")
+        return 130
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    sys.stderr.write(f"kdb: error: {message}{hint}\n")
+    return int(getattr(exc, "exit_code", ExitCode.USAGE))
+
+
 def main() -> None:
     sys.exit(run())
 
 
-@app.command("diff")
+DIFF_EPILOG = """\b
+Examples:
+  kdb diff rocm6.1 rocm6.2                          # the table, worst first, fitted to the terminal
+  kdb diff rocm6.1 rocm6.2 --only regressed --top 20
+  kdb diff rocm6.1 rocm6.2 --fail-on new-spills     # exit 1 when a kernel spills more
+  kdb diff rocm6.1 rocm6.2 -f markdown > comment.md # a pull-request comment (<= 65,536 characters)
+  kdb diff rocm6.1 rocm6.2 --kernel 'matmul*'       # deep view of the matching kernels
+  kdb diff rocm6.1 /tmp/triton_cache                # a snapshot against a cache directory
+"""
+
+
+@app.command("diff", epilog=DIFF_EPILOG)
 def diff_cmd(
     a: Annotated[
-        str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")
+        str,
+        typer.Argument(
+            metavar="A", help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)"
+        ),
     ],
-    b: Annotated[str, typer.Argument(help="candidate: a snapshot tag, or a cache directory")],
+    b: Annotated[str, typer.Argument(metavar="B", help="candidate: a snapshot tag, or a cache directory")],
     fail_on: Annotated[
         list[str],
         typer.Option(
             "--fail-on",
+            metavar="RULE",
             help="exit 1 when a rule fires: occupancy-drop, new-spills, "
             "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated",
         ),
@@ -380,37 +423,124 @@ def diff_cmd(
     kernel: Annotated[
         str | None,
         typer.Option(
-            "--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)"
+            "--kernel",
+            "-k",
+            metavar="PATTERN",
+            help="deep view of the kernels whose name matches NAME or a glob, or whose cache key starts with PATTERN",
         ),
     ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", help="at most N deep views (--kernel), worst first")
+    ] = 20,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only", metavar="WHAT", help="rows to list: regressed, improved, changed, fired, new-spills, unmatched"
+        ),
+    ] = None,
+    top: Annotated[int | None, typer.Option("--top", metavar="N", help="at most N rows (markdown: default 25)")] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="list unmatched and ambiguous kernels as rows, not counts")
+    ] = False,
+    no_pager: Annotated[bool, typer.Option("--no-pager", help="never pipe the table into a pager")] = False,
     min_match: Annotated[
-        float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")
+        float,
+        typer.Option(
+            "--min-match", metavar="FRACTION", help="exit 2 when fewer than this fraction of the smaller side is paired"
+        ),
     ] = 0.5,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or csv")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json, markdown or csv")
+    ] = "table",
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
     Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted.
+    On a terminal the table fits its width, is coloured (unless NO_COLOR is set) and goes through a pager
+    ($KDB_PAGER, else $PAGER, else less) when longer than the screen.
     """
     from kdb.diff import render as diff_render
-    from kdb.diff.engine import diff_sides
+    from kdb.diff.engine import diff_sides, select
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.sides import load_side
+    from kdb.diff.terminal import ONLY, TableOptions
     from kdb.errors import UntrustedComparison
 
     fmt = _fmt(fmt, diff_render.FORMATS)
+    if only is not None and only not in ONLY:
+        raise UsageError(f"unknown --only {only!r}: choose one of {', '.join(ONLY)}")
+    for name, value in (("--top", top), ("--limit", limit)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, not {value}")
     rules = parse_rules(fail_on or [])
     check_min_match(min_match)
     with ExitStack() as stack:
         sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
         result, views = diff_sides(
-            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel
+            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel, limit=limit
         )
-    _out(diff_render.render_diff(result, fmt, views))
+    if kernel is not None:
+        matched = len(select(result, kernel))
+        if matched > limit:
+            _warn(f"{kernel!r} matches {matched} kernels: showing the first {limit}, worst first (--limit N)")
+    opts = TableOptions(width=terminal_width(), color=use_color(), only=only, top=top, show_all=show_all)
+    _page(diff_render.render_diff(result, fmt, views, opts), enabled=fmt == "table" and not no_pager)
     if result.trust_problem:
         raise UntrustedComparison(result.trust_problem)
     if result.fired:
         raise typer.Exit(ExitCode.FINDINGS)
+
+
+def _warn(text: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"kdb: warning: {text}\n")
+
+
+REPORT_EPILOG = """\b
+Examples:
+  kdb report rocm6.1 rocm6.2 --output upgrade.html   # plots, ranked table and drill-down of a diff
+  kdb report rocm6.2 --output rocm6.2.html           # one snapshot: occupancy, registers, spills
+"""
+
+
+@app.command(epilog=REPORT_EPILOG)
+def report(
+    a: Annotated[str, typer.Argument(metavar="A", help="a snapshot tag or cache directory (alone: that snapshot)")],
+    b: Annotated[str | None, typer.Argument(metavar="[B]", help="the candidate to compare A with")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE.html", help="the HTML file to write")] = Path(
+        "kdb-report.html"
+    ),
+    across_targets: Annotated[bool, typer.Option("--across-targets", help="match kernels across GPU targets")] = False,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="ISA hunks for the N worst changed kernels")] = 50,
+) -> None:
+    """Write one self-contained static HTML report (plots, sortable table, drill-down) that opens from file://."""
+    from kdb.report import html as report_html
+
+    with ExitStack() as stack:
+        if b is None:
+            catalog, _store, tag, label = stack.enter_context(_diff_source(a))
+            kernels = catalog.kernel_rows(tag, "*")
+            details = {k["cache_key"]: catalog.kernel_detail(tag, k["cache_key"]) for k in kernels}
+            lines = {key: d["lines"] for key, d in details.items()}
+            mixes: dict[str, dict[str, int]] = {}
+            for key, d in details.items():
+                for m in d["mix"]:
+                    mixes.setdefault(key, {})[m["grp"]] = mixes.get(key, {}).get(m["grp"], 0) + m["count"]
+            text = report_html.snapshot_report(label, kernels, lines, mixes)
+        else:
+            from kdb.diff.engine import report_sides
+            from kdb.diff.sides import load_side
+
+            sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
+            result, views = report_sides(*sides, across_targets=across_targets, limit=limit)
+            hot: dict[tuple[str, str], list[dict]] = {}
+            for v in views:
+                for name, side, key in (("a", sides[0], v.kernel.a_cache_key), ("b", sides[1], v.kernel.b_cache_key)):
+                    if key:
+                        hot[name, key] = side.catalog.kernel_detail(side.tag, key)["lines"]
+            text = report_html.diff_report(result, views, hot)
+    output.write_text(text, encoding="utf-8")
+    _out(f"wrote {output} ({tables.human_bytes(len(text.encode()))})\n")
 
 
 @contextmanager
@@ -429,7 +559,27 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     from kdb.ingest.temporary import temporary_snapshot
 
     with (
-        temporary_snapshot(path, state.wait) as (temp_home, tag),
+        _ingest_progress(path) as progress,
+        temporary_snapshot(path, state.wait, progress) as (temp_home, tag),
         Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
     ):
         yield catalog, temp_home.store, tag, str(path)
+
+
+@contextmanager
+def _ingest_progress(path: Path) -> Iterator[Callable[[int, int, int, int], None] | None]:
+    """Progress of ingesting a `kdb diff` directory on stderr: a bar on a terminal, else a line before and after."""
+    import time
+
+    start = time.monotonic()
+    if sys.stderr.isatty():
+        with _progress() as (bar, task):
+
+            def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
+                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
+
+            yield update
+    else:
+        sys.stderr.write(f"kdb: ingesting {path} into a temporary snapshot…\n")
+        yield None
+    sys.stderr.write(f"kdb: ingested {path} in {time.monotonic() - start:.1f} s\n")
