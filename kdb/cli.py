@@ -14,11 +14,11 @@ import typer
 
 from kdb import __version__
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
-from kdb.render import listings, tables
+from kdb.render import examples, listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home
-from kdb.terminal import page_text, terminal_width, use_color
+from kdb.terminal import click_error, is_click_error, page_text, terminal_width, use_color
 
 app = typer.Typer(
     add_completion=True,
@@ -29,6 +29,25 @@ app = typer.Typer(
 )
 
 
+def _readable_types() -> None:
+    """Help shows an argument's metavar (`[TAG]...`), not Python's `<list[str]>` (typer >= 0.2x prints types)."""
+    import typer.core as core
+
+    cls = getattr(core, "TyperArgument", None)
+    original = getattr(cls, "display_type_rich", None)
+    if cls is None or original is None:
+        return
+
+    def display(self: object, ctx: object) -> str | None:
+        text = original(self, ctx)
+        return None if text and "[" in text else text
+
+    cls.display_type_rich = display
+
+
+_readable_types()
+
+
 class State:
     home: Home
     wait: float
@@ -36,7 +55,7 @@ class State:
 
 state = State()
 
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json or csv")]
 
 
 def _fmt(value: str, allowed: tuple[str, ...] = tables.FORMATS) -> str:
@@ -62,10 +81,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _global(
     home: Annotated[
-        Path | None, typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")
+        Path | None,
+        typer.Option("--home", metavar="DIR", help="kdb home directory (default: $KDB_HOME, else the user data dir)"),
     ] = None,
     wait: Annotated[
-        float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")
+        float,
+        typer.Option("--wait", metavar="SECONDS", help="seconds to wait for another kdb process holding the catalog"),
     ] = 600.0,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
@@ -75,16 +96,16 @@ def _global(
     state.wait = wait
 
 
-@app.command()
+@app.command(epilog=examples.INGEST_EPILOG)
 def ingest(
-    directory: Annotated[Path, typer.Argument(help="a Triton cache directory (TRITON_CACHE_DIR)")],
-    tag: Annotated[str, typer.Option("--tag", "-t", help="unique name for this snapshot")],
-    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value, repeatable")] = [],  # noqa: B006
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="a Triton cache directory (TRITON_CACHE_DIR)")],
+    tag: Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="unique name for this snapshot")],
+    label: Annotated[list[str], typer.Option("--label", "-l", metavar="KEY=VALUE", help="key=value, repeatable")] = [],  # noqa: B006
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing snapshot with this tag")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="worker processes (default: all cores)")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="worker processes (default: all cores)")] = 0,
     max_file_size: Annotated[
-        int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")
+        int, typer.Option("--max-file-size", metavar="BYTES", help="bytes; larger files are recorded as problems")
     ] = 1 << 30,
     sass: Annotated[
         bool,
@@ -102,27 +123,14 @@ def ingest(
 
     fmt = _fmt(fmt, ("table", "json"))
     labels = parse_labels(label)
-    show_progress = not quiet and sys.stderr.isatty()
-    progress_cm = _progress() if show_progress else None
-    if progress_cm is not None:
-        with progress_cm as (bar, task):
+    with ExitStack() as stack:
+        on_progress = None
+        if not quiet and sys.stderr.isatty():
+            bar, task = stack.enter_context(_progress())
 
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
 
-            summary = run_ingest(
-                state.home,
-                directory,
-                tag,
-                labels=labels,
-                replace=replace,
-                workers=jobs or None,
-                max_file_bytes=max_file_size,
-                progress=on_progress,
-                lock_wait_s=state.wait,
-                options=AnalysisOptions(sass=sass),
-            )
-    else:
         summary = run_ingest(
             state.home,
             directory,
@@ -131,6 +139,7 @@ def ingest(
             replace=replace,
             workers=jobs or None,
             max_file_bytes=max_file_size,
+            progress=on_progress,
             lock_wait_s=state.wait,
             options=AnalysisOptions(sass=sass),
         )
@@ -181,29 +190,51 @@ def _stderr_console():
     return Console(file=sys.stderr)
 
 
-@app.command()
+@app.command(epilog=examples.TAGS_EPILOG)
 def tags(fmt: FormatOpt = "table") -> None:
     """List snapshots with counts, sizes, Triton versions and targets."""
     fmt = _fmt(fmt)
+    if not state.home.catalog_path.exists():
+        _out(listings.render_tags([], fmt))
+        return
     with _reader() as catalog:
         _out(listings.render_tags(catalog.list_snapshots(), fmt))
 
 
-@app.command()
+@app.command(epilog=examples.SHOW_EPILOG)
 def show(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
+    tag: Annotated[str | None, typer.Argument(metavar="[TAG]", help="snapshot tag (none: list the snapshots)")] = None,
+    kernel: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel",
+            "-k",
+            metavar="PATTERN",
+            help="kernel name, glob, or a unique cache-key prefix (the 6-character key kdb diff prints)",
+        ),
+    ] = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Show one snapshot, or with --kernel the facts of matching kernels."""
+    """Show one snapshot, or with --kernel the facts, mix and hot source lines of matching kernels."""
     fmt = _fmt(fmt, ("table", "json"))
+    if tag is None:
+        tags(fmt)
+        return
+    if not state.home.catalog_path.exists():
+        raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
     with _reader() as catalog:
         if kernel is not None:
             rows = catalog.kernel_rows(tag, kernel)
             if not rows:
                 raise UsageError(f"no kernel matching {kernel!r} in snapshot {tag!r}")
+            by_prefix = {r["cache_key"] for r in rows if r["name"] != kernel}
+            if len(by_prefix) > 1 and not any(c in kernel for c in "*?[") and all(r["name"] != kernel for r in rows):
+                keys = ", ".join(sorted(k[: len(kernel) + 4] for k in by_prefix)[:5])
+                raise UsageError(
+                    f"cache-key prefix {kernel!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)"
+                )
             details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
-            _out(listings.render_kernels(details, fmt))
+            _page(listings.render_kernels(details, fmt), enabled=fmt == "table")
             return
         _out(
             listings.render_snapshot(
@@ -214,7 +245,7 @@ def show(
 
 @app.command()
 def reindex(
-    tags: Annotated[list[str] | None, typer.Argument(help="snapshot tags (default: all)")] = None,
+    tags: Annotated[list[str] | None, typer.Argument(metavar="TAG", help="snapshot tags (default: all)")] = None,
     sass: Annotated[
         bool,
         typer.Option(
@@ -234,7 +265,7 @@ def reindex(
 
 
 @app.command()
-def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
+def rm(tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")]) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
     from kdb.store.maintenance import remove_snapshot
 
@@ -277,8 +308,8 @@ def verify(fmt: FormatOpt = "table") -> None:
 
 @app.command()
 def export(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    dest: Annotated[Path, typer.Argument(help="new or empty directory to restore the cache into")],
+    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    dest: Annotated[Path, typer.Argument(metavar="DEST", help="new or empty directory to restore the cache into")],
 ) -> None:
     """Restore a snapshot's files, byte for byte, under DEST (never outside it)."""
     from kdb.store.maintenance import export_snapshot
@@ -289,8 +320,8 @@ def export(
 
 @app.command()
 def cat(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    path: Annotated[str, typer.Argument(help="file path relative to the cache root")],
+    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    path: Annotated[str, typer.Argument(metavar="PATH", help="file path relative to the cache root")],
 ) -> None:
     """Write one stored file to standard output."""
     from kdb.store.maintenance import read_file
@@ -301,16 +332,35 @@ def cat(
     sys.stdout.buffer.flush()
 
 
-@app.command()
+@app.command(epilog=examples.SQL_EPILOG)
 def sql(
-    query: Annotated[str, typer.Argument(help="a SQL query over the catalog (read-only)")],
-    fmt: FormatOpt = "table",
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="a SQL query over the catalog (read-only)")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json, csv or markdown")
+    ] = "table",
+    max_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--max-rows",
+            metavar="N",
+            help="table: show at most N rows, 0 for all (default: 40 on a terminal, else all)",
+        ),
+    ] = None,
 ) -> None:
-    """Run a read-only SQL query over the catalog and print the result."""
+    """Run a read-only SQL query over the catalog and print the result.
+
+    On a terminal the table fits its width (wide cells elided, columns from the middle dropped) and shows
+    40 rows, with a note of what was left out, like the DuckDB shell.
+    """
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
-    with _reader() as catalog:
+    with Catalog.open_or_empty(state.home.catalog_path, wait_s=state.wait) as catalog:
         columns, rows = catalog.query(query)
-    _out(tables.render_rows(columns, rows, fmt))
+    if fmt != "table":
+        _out(tables.render_rows(columns, rows, fmt))
+        return
+    limit = max_rows if max_rows is not None else (40 if sys.stdout.isatty() else 0)
+    width = terminal_width() if sys.stdout.isatty() or os.environ.get("COLUMNS") else None
+    _page(tables.fitted_rows(columns, rows, width, limit))
 
 
 @app.command()
@@ -351,8 +401,8 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"kdb: error: {exc.strerror or exc}: {exc.filename or ''}\n")
         return ExitCode.FAILURE
     except Exception as exc:  # a bug: still one line, the traceback only on request
-        if _is_click_error(exc):
-            return _click_error(exc)
+        if is_click_error(exc):
+            return click_error(exc)
         if os.environ.get("KDB_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
@@ -361,42 +411,11 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _is_click_error(exc: Exception) -> bool:
-    """Click's own exceptions (usage errors, Abort), whichever copy of click typer uses."""
-    return any(c.__name__ in ("ClickException", "Abort") for c in type(exc).__mro__)
-
-
-def _click_error(exc: Exception) -> int:
-    """A usage error as one `kdb: error:` line, exit 2 (`kdb` alone prints the help)."""
-    if type(exc).__name__ == "NoArgsIsHelpError":
-        _out(exc.ctx.get_help() + "\n")  # type: ignore[attr-defined]
-        return ExitCode.USAGE
-    if type(exc).__name__ == "Abort":
-        sys.stderr.write("kdb: interrupted\n")
-        return 130
-    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
-    ctx = getattr(exc, "ctx", None)
-    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-    sys.stderr.write(f"kdb: error: {message}{hint}\n")
-    return int(getattr(exc, "exit_code", ExitCode.USAGE))
-
-
 def main() -> None:
     sys.exit(run())
 
 
-DIFF_EPILOG = """\b
-Examples:
-  kdb diff rocm6.1 rocm6.2                          # the table, worst first, fitted to the terminal
-  kdb diff rocm6.1 rocm6.2 --only regressed --top 20
-  kdb diff rocm6.1 rocm6.2 --fail-on new-spills     # exit 1 when a kernel spills more
-  kdb diff rocm6.1 rocm6.2 -f markdown > comment.md # a pull-request comment (<= 65,536 characters)
-  kdb diff rocm6.1 rocm6.2 --kernel 'matmul*'       # deep view of the matching kernels
-  kdb diff rocm6.1 /tmp/triton_cache                # a snapshot against a cache directory
-"""
-
-
-@app.command("diff", epilog=DIFF_EPILOG)
+@app.command("diff", epilog=examples.DIFF_EPILOG)
 def diff_cmd(
     a: Annotated[
         str,
@@ -496,14 +515,7 @@ def _warn(text: str) -> None:
     sys.stderr.write(f"kdb: warning: {text}\n")
 
 
-REPORT_EPILOG = """\b
-Examples:
-  kdb report rocm6.1 rocm6.2 --output upgrade.html   # plots, ranked table and drill-down of a diff
-  kdb report rocm6.2 --output rocm6.2.html           # one snapshot: occupancy, registers, spills
-"""
-
-
-@app.command(epilog=REPORT_EPILOG)
+@app.command(epilog=examples.REPORT_EPILOG)
 def report(
     a: Annotated[str, typer.Argument(metavar="A", help="a snapshot tag or cache directory (alone: that snapshot)")],
     b: Annotated[str | None, typer.Argument(metavar="[B]", help="the candidate to compare A with")] = None,
@@ -521,12 +533,7 @@ def report(
             catalog, _store, tag, label = stack.enter_context(_diff_source(a))
             kernels = catalog.kernel_rows(tag, "*")
             details = {k["cache_key"]: catalog.kernel_detail(tag, k["cache_key"]) for k in kernels}
-            lines = {key: d["lines"] for key, d in details.items()}
-            mixes: dict[str, dict[str, int]] = {}
-            for key, d in details.items():
-                for m in d["mix"]:
-                    mixes.setdefault(key, {})[m["grp"]] = mixes.get(key, {}).get(m["grp"], 0) + m["count"]
-            text = report_html.snapshot_report(label, kernels, lines, mixes)
+            text = report_html.snapshot_report(label, kernels, details)
         else:
             from kdb.diff.engine import report_sides
             from kdb.diff.sides import load_side

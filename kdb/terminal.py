@@ -60,3 +60,23 @@ def page_text(text: str, enabled: bool = True) -> None:
     except BrokenPipeError:  # the user quit the pager early
         pass
     proc.wait()
+
+
+def is_click_error(exc: Exception) -> bool:
+    """Click's own exceptions (usage errors, Abort), whichever copy of click typer uses."""
+    return any(c.__name__ in ("ClickException", "Abort") for c in type(exc).__mro__)
+
+
+def click_error(exc: Exception) -> int:
+    """A usage error as one `kdb: error:` line, exit 2 (`kdb` alone prints the help)."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        sys.stdout.write(exc.ctx.get_help() + "\n")  # type: ignore[attr-defined]
+        return 2
+    if type(exc).__name__ == "Abort":
+        sys.stderr.write("kdb: interrupted\n")
+        return 130
+    message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    sys.stderr.write(f"kdb: error: {message}{hint}\n")
+    return int(getattr(exc, "exit_code", 2))

@@ -199,3 +199,39 @@ def fitted_table(
     styles = list(row_styles) if row_styles is not None else [None] * len(cells)
     out += [line(r, s) for r, s in zip(cells, styles, strict=True)]
     return "\n".join(out) + "\n"
+
+
+def fitted_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None, max_rows: int = 0) -> str:
+    """A query result as the DuckDB shell shows it: at most `max_rows` rows (0: all), within `width` (None: as
+    wide as it is) with wide cells elided and columns dropped from the middle, and a note of what was left out."""
+    shown = list(rows[:max_rows]) if max_rows else list(rows)
+    if width is None:
+        return table_text(columns, shown) + _rows_note(len(rows), len(shown), len(columns), len(columns))
+    n = len(columns)
+    middle_out = sorted(range(1, n - 1), key=lambda i: abs(i - (n - 1) / 2))
+    cells = [[_cell(v) for v in r] for r in shown]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    keep = list(range(n))
+    for i in middle_out:
+        if sum(min(widths[j], 24) for j in keep) + len(keep) - 1 <= width:
+            break
+        keep.remove(i)
+    picked = [columns[i] for i in keep]
+    text = fitted_table(
+        picked,
+        [[r[i] for i in keep] for r in shown],
+        width,
+        elide={j: ("end", min(len(picked[j]) + 2, 24)) for j in range(len(picked))},
+    )
+    return text + _rows_note(len(rows), len(shown), n, len(keep))
+
+
+def _rows_note(total: int, shown: int, columns: int, kept: int) -> str:
+    if shown == total and kept == columns:
+        return ""
+    notes = [f"{total} row{'s' * (total != 1)}"]
+    if shown < total:
+        notes[0] += f", {shown} shown (--max-rows 0 shows all)"
+    if kept < columns:
+        notes.append(f"{columns} columns, {kept} shown (--format csv or json has every column)")
+    return "; ".join(notes) + "\n"

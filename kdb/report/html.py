@@ -202,10 +202,14 @@ def diff_report(r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[st
     return _page(title, subtitle, list(figs), HEADERS, payload)
 
 
-def snapshot_report(
-    tag: str, kernels: list[dict[str, Any]], lines: dict[str, list[dict[str, Any]]], mixes: dict[str, Any]
-) -> str:
-    """The page of one snapshot: occupancy by limiter, the register distribution, the spilling kernels, the table."""
+def snapshot_report(tag: str, kernels: list[dict[str, Any]], details: dict[str, dict[str, Any]]) -> str:
+    """The page of one snapshot: occupancy by limiter, the register distribution, the spilling kernels, the table
+    (details: cache key -> `lines` and `mix` rows of the catalog's kernel_detail)."""
+    lines = {key: d.get("lines", []) for key, d in details.items()}
+    mixes: dict[str, dict[str, int]] = {}
+    for key, d in details.items():
+        for m in d.get("mix", []):
+            mixes.setdefault(key, {})[m["grp"]] = mixes.get(key, {}).get(m["grp"], 0) + m["count"]
     figs: dict[str, Any] = {}
     marks: dict[str, int] = {}
     by_limiter = data.occupancy_by_limiter(kernels)
