@@ -49,3 +49,18 @@ def unpack_snapshot(tmp_path_factory: pytest.TempPathFactory):
         return cache[name]
 
     return unpack
+
+
+PAIR = ("t3.3.1-gfx942", "t3.4.0-gfx942")
+
+
+@pytest.fixture(scope="session")
+def pair_home(tmp_path_factory: pytest.TempPathFactory, unpack_snapshot) -> Path:
+    """A kdb home holding the two snapshots of PAIR (a Triton 3.3.1 -> 3.4.0 upgrade on gfx942)."""
+    from kdb.ingest.snapshot import ingest
+    from kdb.store.home import Home
+
+    home = tmp_path_factory.mktemp("pair-home")
+    for name in PAIR:
+        ingest(Home(home), unpack_snapshot(name), name)
+    return home

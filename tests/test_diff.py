@@ -376,3 +376,23 @@ def test_report_matches_its_golden_file(corpus_home, capsys, monkeypatch, fmt):
     if os.environ.get("KDB_UPDATE_GOLDEN"):
         golden.write_text(r.out)
     assert r.out == golden.read_text()
+
+
+def test_markdown_of_the_largest_corpus_diff_fits_a_comment(corpus_home, capsys):
+    """Every pair of the corpus as a pull-request comment, every changed kernel firing a rule: each stays under
+    GitHub's 65,536 characters and lists the fired kernels; the largest is reported."""
+    sizes = {}
+    for a, b, across in available_pairs():
+        flag = ["--across-targets"] if across else []
+        _, doc = diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", "new-spills,any-change")
+        md = kdb(capsys, corpus_home, "diff", a, b, *flag, "--fail-on", "new-spills,any-change", "-f", "markdown").out
+        assert len(md) <= 65_536
+        for rule in doc["fired_rules"]:
+            fired = [k for k in doc["kernels"] if rule in k["fired_rules"]]
+            section = md.split(f"**fired `{rule}`** on {len(fired)} kernel")[1].split("**fired")[0].split("####")[0]
+            listed = min(len(fired), 30)
+            assert sum((k["a_cache_key"] or k["b_cache_key"])[:6] in section for k in fired) >= listed
+        sizes[a, b] = len(md)
+    (a, b), size = max(sizes.items(), key=lambda x: x[1])
+    with capsys.disabled():
+        print(f"\nlargest corpus markdown: {a} -> {b}: {size} characters")

@@ -233,5 +233,5 @@ def _rows_note(total: int, shown: int, columns: int, kept: int) -> str:
     if shown < total:
         notes[0] += f", {shown} shown (--max-rows 0 shows all)"
     if kept < columns:
-        notes.append(f"{columns} columns, {kept} shown (--format csv or json has every column)")
+        notes.append(f"{columns} columns, {kept} shown (-f csv: all)")
     return "; ".join(notes) + "\n"
