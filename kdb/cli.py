@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -14,18 +14,38 @@ import typer
 
 from kdb import __version__
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
-from kdb.render import listings, tables
+from kdb.render import examples, listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home
+from kdb.terminal import click_error, is_click_error, page_text, terminal_width, use_color
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     help="kdb: an offline artifact database and diff tool for Triton kernel caches.",
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _readable_types() -> None:
+    """Help shows an argument's metavar (`[TAG]...`), not Python's `<list[str]>` (typer >= 0.2x prints types)."""
+    import typer.core as core
+
+    cls = getattr(core, "TyperArgument", None)
+    original = getattr(cls, "display_type_rich", None)
+    if cls is None or original is None:
+        return
+
+    def display(self: object, ctx: object) -> str | None:
+        text = original(self, ctx)
+        return None if text and "[" in text else text
+
+    cls.display_type_rich = display
+
+
+_readable_types()
 
 
 class State:
@@ -35,7 +55,7 @@ class State:
 
 state = State()
 
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json or csv")]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json or csv")]
 
 
 def _fmt(value: str, allowed: tuple[str, ...] = tables.FORMATS) -> str:
@@ -48,6 +68,10 @@ def _out(text: str) -> None:
     sys.stdout.write(text)
 
 
+def _page(text: str, enabled: bool = True) -> None:
+    page_text(text, enabled)
+
+
 def _version(value: bool) -> None:
     if value:
         _out(f"kdb {__version__}\n")
@@ -57,10 +81,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _global(
     home: Annotated[
-        Path | None, typer.Option("--home", help="kdb home directory (default: $KDB_HOME, else the user data dir)")
+        Path | None,
+        typer.Option("--home", metavar="DIR", help="kdb home directory (default: $KDB_HOME, else the user data dir)"),
     ] = None,
     wait: Annotated[
-        float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")
+        float,
+        typer.Option("--wait", metavar="SECONDS", help="seconds to wait for another kdb process holding the catalog"),
     ] = 600.0,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
@@ -70,16 +96,16 @@ def _global(
     state.wait = wait
 
 
-@app.command()
+@app.command(epilog=examples.INGEST_EPILOG)
 def ingest(
-    directory: Annotated[Path, typer.Argument(help="a Triton cache directory (TRITON_CACHE_DIR)")],
-    tag: Annotated[str, typer.Option("--tag", "-t", help="unique name for this snapshot")],
-    label: Annotated[list[str], typer.Option("--label", "-l", help="key=value, repeatable")] = [],  # noqa: B006
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="a Triton cache directory (TRITON_CACHE_DIR)")],
+    tag: Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="unique name for this snapshot")],
+    label: Annotated[list[str], typer.Option("--label", "-l", metavar="KEY=VALUE", help="key=value, repeatable")] = [],  # noqa: B006
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing snapshot with this tag")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="worker processes (default: all cores)")] = 0,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="worker processes (default: all cores)")] = 0,
     max_file_size: Annotated[
-        int, typer.Option("--max-file-size", help="bytes; larger files are recorded as problems")
+        int, typer.Option("--max-file-size", metavar="BYTES", help="bytes; larger files are recorded as problems")
     ] = 1 << 30,
     sass: Annotated[
         bool,
@@ -97,27 +123,14 @@ def ingest(
 
     fmt = _fmt(fmt, ("table", "json"))
     labels = parse_labels(label)
-    show_progress = not quiet and sys.stderr.isatty()
-    progress_cm = _progress() if show_progress else None
-    if progress_cm is not None:
-        with progress_cm as (bar, task):
+    with ExitStack() as stack:
+        on_progress = None
+        if not quiet and sys.stderr.isatty():
+            bar, task = stack.enter_context(_progress())
 
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
 
-            summary = run_ingest(
-                state.home,
-                directory,
-                tag,
-                labels=labels,
-                replace=replace,
-                workers=jobs or None,
-                max_file_bytes=max_file_size,
-                progress=on_progress,
-                lock_wait_s=state.wait,
-                options=AnalysisOptions(sass=sass),
-            )
-    else:
         summary = run_ingest(
             state.home,
             directory,
@@ -126,6 +139,7 @@ def ingest(
             replace=replace,
             workers=jobs or None,
             max_file_bytes=max_file_size,
+            progress=on_progress,
             lock_wait_s=state.wait,
             options=AnalysisOptions(sass=sass),
         )
@@ -176,29 +190,51 @@ def _stderr_console():
     return Console(file=sys.stderr)
 
 
-@app.command()
+@app.command(epilog=examples.TAGS_EPILOG)
 def tags(fmt: FormatOpt = "table") -> None:
     """List snapshots with counts, sizes, Triton versions and targets."""
     fmt = _fmt(fmt)
+    if not state.home.catalog_path.exists():
+        _out(listings.render_tags([], fmt))
+        return
     with _reader() as catalog:
         _out(listings.render_tags(catalog.list_snapshots(), fmt))
 
 
-@app.command()
+@app.command(epilog=examples.SHOW_EPILOG)
 def show(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    kernel: Annotated[str | None, typer.Option("--kernel", "-k", help="kernel name, glob or cache key")] = None,
+    tag: Annotated[str | None, typer.Argument(metavar="[TAG]", help="snapshot tag (none: list the snapshots)")] = None,
+    kernel: Annotated[
+        str | None,
+        typer.Option(
+            "--kernel",
+            "-k",
+            metavar="PATTERN",
+            help="kernel name, glob, or a unique cache-key prefix (the 6-character key kdb diff prints)",
+        ),
+    ] = None,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Show one snapshot, or with --kernel the facts of matching kernels."""
+    """Show one snapshot, or with --kernel the facts, mix and hot source lines of matching kernels."""
     fmt = _fmt(fmt, ("table", "json"))
+    if tag is None:
+        tags(fmt)
+        return
+    if not state.home.catalog_path.exists():
+        raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
     with _reader() as catalog:
         if kernel is not None:
             rows = catalog.kernel_rows(tag, kernel)
             if not rows:
                 raise UsageError(f"no kernel matching {kernel!r} in snapshot {tag!r}")
+            by_prefix = {r["cache_key"] for r in rows if r["name"] != kernel}
+            if len(by_prefix) > 1 and not any(c in kernel for c in "*?[") and all(r["name"] != kernel for r in rows):
+                keys = ", ".join(sorted(k[: len(kernel) + 4] for k in by_prefix)[:5])
+                raise UsageError(
+                    f"cache-key prefix {kernel!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)"
+                )
             details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
-            _out(listings.render_kernels(details, fmt))
+            _page(listings.render_kernels(details, fmt), enabled=fmt == "table")
             return
         _out(
             listings.render_snapshot(
@@ -209,7 +245,7 @@ def show(
 
 @app.command()
 def reindex(
-    tags: Annotated[list[str] | None, typer.Argument(help="snapshot tags (default: all)")] = None,
+    tags: Annotated[list[str] | None, typer.Argument(metavar="TAG", help="snapshot tags (default: all)")] = None,
     sass: Annotated[
         bool,
         typer.Option(
@@ -229,7 +265,7 @@ def reindex(
 
 
 @app.command()
-def rm(tag: Annotated[str, typer.Argument(help="snapshot tag")]) -> None:
+def rm(tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")]) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
     from kdb.store.maintenance import remove_snapshot
 
@@ -272,8 +308,8 @@ def verify(fmt: FormatOpt = "table") -> None:
 
 @app.command()
 def export(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    dest: Annotated[Path, typer.Argument(help="new or empty directory to restore the cache into")],
+    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    dest: Annotated[Path, typer.Argument(metavar="DEST", help="new or empty directory to restore the cache into")],
 ) -> None:
     """Restore a snapshot's files, byte for byte, under DEST (never outside it)."""
     from kdb.store.maintenance import export_snapshot
@@ -284,8 +320,8 @@ def export(
 
 @app.command()
 def cat(
-    tag: Annotated[str, typer.Argument(help="snapshot tag")],
-    path: Annotated[str, typer.Argument(help="file path relative to the cache root")],
+    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    path: Annotated[str, typer.Argument(metavar="PATH", help="file path relative to the cache root")],
 ) -> None:
     """Write one stored file to standard output."""
     from kdb.store.maintenance import read_file
@@ -296,16 +332,35 @@ def cat(
     sys.stdout.buffer.flush()
 
 
-@app.command()
+@app.command(epilog=examples.SQL_EPILOG)
 def sql(
-    query: Annotated[str, typer.Argument(help="a SQL query over the catalog (read-only)")],
-    fmt: FormatOpt = "table",
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="a SQL query over the catalog (read-only)")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json, csv or markdown")
+    ] = "table",
+    max_rows: Annotated[
+        int | None,
+        typer.Option(
+            "--max-rows",
+            metavar="N",
+            help="table: show at most N rows, 0 for all (default: 40 on a terminal, else all)",
+        ),
+    ] = None,
 ) -> None:
-    """Run a read-only SQL query over the catalog and print the result."""
+    """Run a read-only SQL query over the catalog and print the result.
+
+    On a terminal the table fits its width (wide cells elided, columns from the middle dropped) and shows
+    40 rows, with a note of what was left out, like the DuckDB shell.
+    """
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
-    with _reader() as catalog:
+    with Catalog.open_or_empty(state.home.catalog_path, wait_s=state.wait) as catalog:
         columns, rows = catalog.query(query)
-    _out(tables.render_rows(columns, rows, fmt))
+    if fmt != "table":
+        _out(tables.render_rows(columns, rows, fmt))
+        return
+    limit = max_rows if max_rows is not None else (40 if sys.stdout.isatty() else 0)
+    width = terminal_width() if sys.stdout.isatty() or os.environ.get("COLUMNS") else None
+    _page(tables.fitted_rows(columns, rows, width, limit))
 
 
 @app.command()
@@ -328,7 +383,8 @@ def _reader() -> Catalog:
 def run(argv: list[str] | None = None) -> int:
     """Run kdb with argv and return its exit status; every error becomes one line on stderr."""
     try:
-        app(args=argv, prog_name="kdb", standalone_mode=True)
+        rv = app(args=argv, prog_name="kdb", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else ExitCode.USAGE)
@@ -345,6 +401,8 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"kdb: error: {exc.strerror or exc}: {exc.filename or ''}\n")
         return ExitCode.FAILURE
     except Exception as exc:  # a bug: still one line, the traceback only on request
+        if is_click_error(exc):
+            return click_error(exc)
         if os.environ.get("KDB_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
@@ -357,16 +415,20 @@ def main() -> None:
     sys.exit(run())
 
 
-@app.command("diff")
+@app.command("diff", epilog=examples.DIFF_EPILOG)
 def diff_cmd(
     a: Annotated[
-        str, typer.Argument(help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)")
+        str,
+        typer.Argument(
+            metavar="A", help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)"
+        ),
     ],
-    b: Annotated[str, typer.Argument(help="candidate: a snapshot tag, or a cache directory")],
+    b: Annotated[str, typer.Argument(metavar="B", help="candidate: a snapshot tag, or a cache directory")],
     fail_on: Annotated[
         list[str],
         typer.Option(
             "--fail-on",
+            metavar="RULE",
             help="exit 1 when a rule fires: occupancy-drop, new-spills, "
             "scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, agpr:, registers:), unmatched, any-change; repeatable or comma-separated",
         ),
@@ -380,37 +442,112 @@ def diff_cmd(
     kernel: Annotated[
         str | None,
         typer.Option(
-            "--kernel", "-k", help="deep view of kernels whose name matches NAME|PATTERN (or a cache-key prefix)"
+            "--kernel",
+            "-k",
+            metavar="PATTERN",
+            help="deep view of the kernels whose name matches NAME or a glob, or whose cache key starts with PATTERN",
         ),
     ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", help="at most N deep views (--kernel), worst first")
+    ] = 20,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only", metavar="WHAT", help="rows to list: regressed, improved, changed, fired, new-spills, unmatched"
+        ),
+    ] = None,
+    top: Annotated[int | None, typer.Option("--top", metavar="N", help="at most N rows (markdown: default 25)")] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="list unmatched and ambiguous kernels as rows, not counts")
+    ] = False,
+    no_pager: Annotated[bool, typer.Option("--no-pager", help="never pipe the table into a pager")] = False,
     min_match: Annotated[
-        float, typer.Option("--min-match", help="exit 2 when fewer than this fraction of the smaller side is paired")
+        float,
+        typer.Option(
+            "--min-match", metavar="FRACTION", help="exit 2 when fewer than this fraction of the smaller side is paired"
+        ),
     ] = 0.5,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or csv")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json, markdown or csv")
+    ] = "table",
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
     Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted.
+    On a terminal the table fits its width, is coloured (unless NO_COLOR is set) and goes through a pager
+    ($KDB_PAGER, else $PAGER, else less) when longer than the screen.
     """
     from kdb.diff import render as diff_render
-    from kdb.diff.engine import diff_sides
+    from kdb.diff.engine import diff_sides, select
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.sides import load_side
+    from kdb.diff.terminal import ONLY, TableOptions
     from kdb.errors import UntrustedComparison
 
     fmt = _fmt(fmt, diff_render.FORMATS)
+    if only is not None and only not in ONLY:
+        raise UsageError(f"unknown --only {only!r}: choose one of {', '.join(ONLY)}")
+    for name, value in (("--top", top), ("--limit", limit)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, not {value}")
     rules = parse_rules(fail_on or [])
     check_min_match(min_match)
     with ExitStack() as stack:
         sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
         result, views = diff_sides(
-            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel
+            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel, limit=limit
         )
-    _out(diff_render.render_diff(result, fmt, views))
+    if kernel is not None:
+        matched = len(select(result, kernel))
+        if matched > limit:
+            _warn(f"{kernel!r} matches {matched} kernels: showing the first {limit}, worst first (--limit N)")
+    opts = TableOptions(width=terminal_width(), color=use_color(), only=only, top=top, show_all=show_all)
+    _page(diff_render.render_diff(result, fmt, views, opts), enabled=fmt == "table" and not no_pager)
     if result.trust_problem:
         raise UntrustedComparison(result.trust_problem)
     if result.fired:
         raise typer.Exit(ExitCode.FINDINGS)
+
+
+def _warn(text: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"kdb: warning: {text}\n")
+
+
+@app.command(epilog=examples.REPORT_EPILOG)
+def report(
+    a: Annotated[str, typer.Argument(metavar="A", help="a snapshot tag or cache directory (alone: that snapshot)")],
+    b: Annotated[str | None, typer.Argument(metavar="[B]", help="the candidate to compare A with")] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE.html", help="the HTML file to write")] = Path(
+        "kdb-report.html"
+    ),
+    across_targets: Annotated[bool, typer.Option("--across-targets", help="match kernels across GPU targets")] = False,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="ISA hunks for the N worst changed kernels")] = 50,
+) -> None:
+    """Write one self-contained static HTML report (plots, sortable table, drill-down) that opens from file://."""
+    from kdb.report import html as report_html
+
+    with ExitStack() as stack:
+        if b is None:
+            catalog, _store, tag, label = stack.enter_context(_diff_source(a))
+            kernels = catalog.kernel_rows(tag, "*")
+            details = {k["cache_key"]: catalog.kernel_detail(tag, k["cache_key"]) for k in kernels}
+            text = report_html.snapshot_report(label, kernels, details)
+        else:
+            from kdb.diff.engine import report_sides
+            from kdb.diff.sides import load_side
+
+            sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
+            result, views = report_sides(*sides, across_targets=across_targets, limit=limit)
+            hot: dict[tuple[str, str], list[dict]] = {}
+            for v in views:
+                for name, side, key in (("a", sides[0], v.kernel.a_cache_key), ("b", sides[1], v.kernel.b_cache_key)):
+                    if key:
+                        hot[name, key] = side.catalog.kernel_detail(side.tag, key)["lines"]
+            text = report_html.diff_report(result, views, hot)
+    output.write_text(text, encoding="utf-8")
+    _out(f"wrote {output} ({tables.human_bytes(len(text.encode()))})\n")
 
 
 @contextmanager
@@ -429,7 +566,27 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     from kdb.ingest.temporary import temporary_snapshot
 
     with (
-        temporary_snapshot(path, state.wait) as (temp_home, tag),
+        _ingest_progress(path) as progress,
+        temporary_snapshot(path, state.wait, progress) as (temp_home, tag),
         Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
     ):
         yield catalog, temp_home.store, tag, str(path)
+
+
+@contextmanager
+def _ingest_progress(path: Path) -> Iterator[Callable[[int, int, int, int], None] | None]:
+    """Progress of ingesting a `kdb diff` directory on stderr: a bar on a terminal, else a line before and after."""
+    import time
+
+    start = time.monotonic()
+    if sys.stderr.isatty():
+        with _progress() as (bar, task):
+
+            def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
+                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
+
+            yield update
+    else:
+        sys.stderr.write(f"kdb: ingesting {path} into a temporary snapshot…\n")
+        yield None
+    sys.stderr.write(f"kdb: ingested {path} in {time.monotonic() - start:.1f} s\n")

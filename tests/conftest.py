@@ -76,3 +76,12 @@ def corpus_home(tmp_path_factory: pytest.TempPathFactory, unpack_snapshot, corpu
         )
         ingest(Home(home), cache, snap.tag)
     return home
+
+
+PAIR = ("t3.3.1-gfx942", "t3.4.0-gfx942")
+
+
+@pytest.fixture(scope="session")
+def pair_home(corpus_home: Path) -> Path:
+    """A kdb home holding the two snapshots of PAIR (a Triton 3.3.1 -> 3.4.0 upgrade on gfx942): the shared one."""
+    return corpus_home

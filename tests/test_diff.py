@@ -232,7 +232,7 @@ def test_untrusted_comparison_exits_2(corpus_home, capsys):
 
 
 # -- formats ----------------------------------------------------------------------------------------
-def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
+def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys, monkeypatch):
     a, b, across = available_pairs()[0]
     flag = ["--across-targets"] if across else []
     _, doc = diff_json(capsys, corpus_home, a, b, *flag)
@@ -245,14 +245,15 @@ def test_formats_and_dir_argument(corpus_home, unpack_snapshot, capsys):
     assert len(a_keys) == len(set(a_keys)) == doc["a"]["kernels"]
     assert len(b_keys) == len(set(b_keys)) == doc["b"]["kernels"]
 
+    monkeypatch.setenv("COLUMNS", "80")
     table = kdb(capsys, corpus_home, "diff", a, b, *flag)
     lines = table.out.splitlines()
     assert re.match(
-        r"^matched \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$",
+        r"^same \d+, changed \d+, regressed \d+, improved \d+, only in A \d+, only in B \d+, ambiguous \d+$",
         lines[1],
     )
-    table_lines = lines[3 : 3 + doc["summary"]["changed"] + 1]
-    assert all(len(line) <= 80 for line in table_lines)
+    assert all(len(line) <= 80 for line in lines[2:]), "every line fits COLUMNS, never wrapped"
+    monkeypatch.delenv("COLUMNS")
 
     md = kdb(capsys, corpus_home, "diff", a, b, *flag, "--format", "markdown").out.splitlines()
     header = next(i for i, line in enumerate(md) if line.startswith("| status"))
@@ -348,15 +349,39 @@ def test_normalised_text_cache_hits_on_a_repeated_deep_view(corpus_home, capsys)
 GOLDEN = ROOT / "tests" / "golden"
 
 
-@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
-def test_report_matches_its_golden_file(corpus_home, capsys, fmt):
-    """Table, markdown and csv reports of one corpus pair, byte for byte. After an intended change of a
-    report, regenerate the files with `KDB_UPDATE_GOLDEN=1 python -m pytest tests/test_diff.py -k golden`
-    and review their diff (tests/golden/README.md)."""
+@pytest.mark.parametrize("fmt", ["table-100", "table-200", "markdown", "csv"])
+def test_report_matches_its_golden_file(corpus_home, capsys, monkeypatch, fmt):
+    """The terminal table at 100 and 200 columns, markdown and csv reports of one corpus pair, byte for byte.
+    After an intended change of a report, regenerate the files with
+    `KDB_UPDATE_GOLDEN=1 python -m pytest tests/test_diff.py -k golden` and review their diff
+    (tests/golden/README.md)."""
     a, b = "t3.3.1-gfx942", "t3.4.0-gfx942"
-    r = kdb(capsys, corpus_home, "diff", a, b, "--format", fmt)
-    assert r.code == 0, r.err
-    golden = GOLDEN / f"diff-{a}-{b}.{fmt}"
+    fmt, _, columns = fmt.partition("-")
+    monkeypatch.setenv("COLUMNS", columns or "100")
+    r = kdb(capsys, corpus_home, "diff", a, b, "--format", fmt, "--fail-on", "new-spills")
+    assert r.code == 1, r.err
+    assert all(len(line) <= int(columns) for line in r.out.splitlines()) if columns else True
+    golden = GOLDEN / f"diff-{a}-{b}.{fmt}{'-' + columns if columns else ''}"
     if os.environ.get("KDB_UPDATE_GOLDEN"):
         golden.write_text(r.out)
     assert r.out == golden.read_text()
+
+
+def test_markdown_of_the_largest_corpus_diff_fits_a_comment(corpus_home, capsys):
+    """Every pair of the corpus as a pull-request comment, every changed kernel firing a rule: each stays under
+    GitHub's 65,536 characters and lists the fired kernels; the largest is reported."""
+    sizes = {}
+    for a, b, across in available_pairs():
+        flag = ["--across-targets"] if across else []
+        _, doc = diff_json(capsys, corpus_home, a, b, *flag, "--fail-on", "new-spills,any-change")
+        md = kdb(capsys, corpus_home, "diff", a, b, *flag, "--fail-on", "new-spills,any-change", "-f", "markdown").out
+        assert len(md) <= 65_536
+        for rule in doc["fired_rules"]:
+            fired = [k for k in doc["kernels"] if rule in k["fired_rules"]]
+            section = md.split(f"**fired `{rule}`** on {len(fired)} kernel")[1].split("**fired")[0].split("####")[0]
+            listed = min(len(fired), 30)
+            assert sum((k["a_cache_key"] or k["b_cache_key"])[:6] in section for k in fired) >= listed
+        sizes[a, b] = len(md)
+    (a, b), size = max(sizes.items(), key=lambda x: x[1])
+    with capsys.disabled():
+        print(f"\nlargest corpus markdown: {a} -> {b}: {size} characters")

@@ -42,12 +42,14 @@ def test_modules_and_classes_stay_small():
 ALLOWED_IMPORTS = {
     "errors": set(),
     "render": set(),
+    "terminal": set(),
     "triton": {"errors"},
     "analysis": {"errors", "triton"},
     "store": {"errors"},
     "ingest": {"kdb", "errors", "store", "analysis", "triton"},
     "diff": {"errors", "store", "triton", "render"},
-    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render"},
+    "report": {"errors", "diff", "render"},
+    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render", "report", "terminal"},
     "__main__": {"cli"},
 }
 

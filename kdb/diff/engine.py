@@ -223,16 +223,20 @@ def diff_sides(
     rules: list[Rule] | None = None,
     min_match: float = DEFAULT_MIN_MATCH,
     kernel: str | None = None,
+    limit: int | None = None,
 ) -> tuple[DiffResult, list[KernelDeepView]]:
-    """Diff two loaded sides; with `kernel`, also the deep views of the kernels it names."""
+    """Diff two loaded sides; with `kernel`, also the deep views of the first `limit` kernels it names
+    (in report order: worst first)."""
     with without_cycle_collector():
         result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
-        views = deep_views(result, rows, sa, sb, kernel) if kernel else []
+        views = deep_views(result, rows, sa, sb, kernel, limit) if kernel else []
     return result, views
 
 
 # -- deep view ----------------------------------------------------------------------------------------
-def _select(result: DiffResult, pattern: str) -> list[KernelDiff]:
+def select(result: DiffResult, pattern: str) -> list[KernelDiff]:
+    """The kernels a --kernel pattern names: a name, a glob of names, or a cache-key prefix (6+ characters) of
+    either side."""
     out = []
     for kd in result.kernels:
         keys = [kd.a_cache_key or "", kd.b_cache_key or ""]
@@ -245,18 +249,68 @@ def _select(result: DiffResult, pattern: str) -> list[KernelDiff]:
     return out
 
 
+# Metadata that differs between any two compilations and says nothing about the kernel: its cache hash,
+# absolute paths (extern_libs, the cache directory), and the compiler's own version strings.
+NOISE_KEYS = frozenset({"hash", "extern_libs", "cache_dir", "triton_version", "path", "file_path"})
+
+
+def without_noise(doc: Any) -> Any:
+    """`doc` without the NOISE_KEYS and without absolute paths (strings starting with `/`)."""
+    if isinstance(doc, dict):
+        return {
+            k: without_noise(v)
+            for k, v in doc.items()
+            if k not in NOISE_KEYS and not (isinstance(v, str) and v.startswith("/"))
+        }
+    if isinstance(doc, list):
+        return [without_noise(v) for v in doc if not (isinstance(v, str) and v.startswith("/"))]
+    return doc
+
+
 def _deepdiff(a: Any, b: Any) -> dict[str, Any]:
     from deepdiff import DeepDiff
 
-    return json.loads(DeepDiff(a, b, ignore_order=False, verbose_level=2).to_json())
+    return json.loads(DeepDiff(without_noise(a), without_noise(b), ignore_order=False, verbose_level=2).to_json())
 
 
 def deep_views(
-    result: DiffResult, kernel_rows: dict[int, tuple[Row | None, Row | None]], sa: Side, sb: Side, pattern: str
+    result: DiffResult,
+    kernel_rows: dict[int, tuple[Row | None, Row | None]],
+    sa: Side,
+    sb: Side,
+    pattern: str,
+    limit: int | None = None,
 ) -> list[KernelDeepView]:
-    chosen = _select(result, pattern)
+    chosen = select(result, pattern)
     if not chosen:
         raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
+    return views_of(result, kernel_rows, sa, sb, chosen[:limit] if limit is not None else chosen)
+
+
+def report_sides(
+    sa: Side,
+    sb: Side,
+    *,
+    across_targets: bool = False,
+    rules: list[Rule] | None = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+    limit: int = 50,
+) -> tuple[DiffResult, list[KernelDeepView]]:
+    """Diff two loaded sides, with the deep views of the first `limit` changed kernels, worst first (`kdb report`)."""
+    with without_cycle_collector():
+        result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
+        chosen = [k for k in result.kernels if k.status.changed][:limit]
+        views = views_of(result, rows, sa, sb, chosen)
+    return result, views
+
+
+def views_of(
+    result: DiffResult,
+    kernel_rows: dict[int, tuple[Row | None, Row | None]],
+    sa: Side,
+    sb: Side,
+    chosen: list[KernelDiff],
+) -> list[KernelDeepView]:
     views = []
     for kd in chosen:
         row_a, row_b = kernel_rows[id(kd)]

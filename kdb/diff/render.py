@@ -5,138 +5,17 @@ The JSON document is described by docs/diff-json-schema.json (JSON Schema draft 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from kdb.diff.model import (
-    LIMITERS,
-    METRICS,
-    UNPAIRED,
-    DiffResult,
-    KernelDeepView,
-    KernelDiff,
-    KernelFacts,
-    Status,
-    spills,
-)
-from kdb.render.tables import table_csv, table_markdown, table_text, to_json
+from kdb.diff.markdown import render_markdown
+from kdb.diff.model import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff, KernelFacts
+from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, render_table, summary_line
+from kdb.diff.views import view_text
+from kdb.render.tables import table_csv, to_json
 
 FORMATS = ("table", "json", "markdown", "csv")
 SCHEMA_VERSION = 1
-TABLE_WIDTH = 80
-
-
-def summary_line(r: DiffResult) -> str:
-    s = r.summary
-    return (
-        f"matched {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
-        f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}"
-    )
-
-
-def _label(k: KernelDiff) -> str:
-    return k.status.label
-
-
-def _occupancy_text(value: Any, limiter: Any) -> str:
-    """Occupancy 0 with limiter `lds`: the LDS request exceeds what one workgroup may use."""
-    if value == 0 and limiter == "lds":
-        return "cannot launch"
-    return "-" if value is None else str(value)
-
-
-def _occupancy(k: KernelDiff) -> str:
-    m = k.metrics.get("occupancy")
-    lim = k.limiters.get("occupancy_limiter") or {}
-    if not m:
-        facts = k.facts
-        return (
-            ""
-            if facts is None or facts.get("occupancy") is None
-            else _occupancy_text(facts.get("occupancy"), facts.get("occupancy_limiter"))
-        )
-    a, b = _occupancy_text(m["a"], lim.get("a")), _occupancy_text(m["b"], lim.get("b"))
-    return a if a == b else f"{a}→{b}"
-
-
-def _arrow(k: KernelDiff, metric: str) -> str:
-    m = k.metrics.get(metric)
-    if not m:
-        facts = k.facts
-        v = facts.get(metric) if facts else None
-        return "" if v is None else str(v)
-    a, b = m["a"], m["b"]
-    if a == b:
-        return "" if a is None else str(a)
-    return f"{'-' if a is None else a}→{'-' if b is None else b}"
-
-
-def _spill_text(k: KernelDiff) -> str:
-    a, b = spills(k.a), spills(k.b)
-    if k.status in UNPAIRED:
-        v = a if k.a else b
-        return "" if v is None else str(v)
-    if a == b:
-        return "" if a is None else str(a)
-    return f"{'-' if a is None else a}→{'-' if b is None else b}"
-
-
-def _regs_metric(k: KernelDiff) -> str:
-    facts = k.facts
-    hip = facts is not None and (facts.get("vgpr_count") is not None or facts.backend == "hip")
-    return "vgpr_count" if hip else "registers"
-
-
-def _scratch_metric(k: KernelDiff) -> str:
-    facts = k.facts
-    return "scratch_bytes" if facts is not None and facts.backend == "hip" else "local_bytes"
-
-
-def _short(key: str | None) -> str:
-    return key[:6] if key else "-"
-
-
-def table_rows(r: DiffResult) -> list[list[Any]]:
-    rows = []
-    for k in r.kernels:
-        if k.status is Status.SAME:
-            continue
-        keys = _short(k.a_cache_key or k.b_cache_key)
-        rows.append(
-            [
-                _label(k),
-                f"{k.name} {keys}",
-                _occupancy(k),
-                _arrow(k, _regs_metric(k)),
-                _spill_text(k),
-                _arrow(k, _scratch_metric(k)),
-                k.first_changed_stage or "",
-                k.reason or "" if k.status.changed else "",
-            ]
-        )
-    return rows
-
-
-TABLE_HEADERS = ["status", "kernel key", "occ", "regs", "spill", "scratch", "stage", "why"]
-
-
-def render_table(r: DiffResult) -> str:
-    out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
-    out += summary_line(r) + "\n"
-    rows = table_rows(r)
-    if rows:
-        out += "\n" + table_text(TABLE_HEADERS, rows, width=TABLE_WIDTH)
-    same = r.count(Status.SAME)
-    if same:
-        out += f"\n{same} paired kernels with the same facts not shown (--format json lists every kernel)\n"
-    for k in r.kernels:
-        if k.status in UNPAIRED and k.reason and not k.reason.startswith("no kernel with"):
-            out += f"  {_label(k)}: {k.name} {_short(k.a_cache_key or k.b_cache_key)}: {k.reason}\n"
-    if r.rules:
-        out += f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}\n"
-    if r.trust_problem:
-        out += f"untrusted: {r.trust_problem}\n"
-    return out
+__all__ = ["FORMATS", "TableOptions", "document", "render_csv", "render_diff", "render_markdown", "summary_line"]
 
 
 def kernel_document(k: KernelDiff) -> dict[str, Any]:
@@ -193,20 +72,6 @@ def view_document(v: KernelDeepView) -> dict[str, Any]:
     }
 
 
-def render_markdown(r: DiffResult) -> str:
-    out = f"### kdb diff `{r.a_label}` → `{r.b_label}`\n\n{summary_line(r)}\n\n"
-    if r.fired:
-        out += f"**fired:** {', '.join(r.fired)}\n\n"
-    if r.trust_problem:
-        out += f"**untrusted:** {r.trust_problem}\n\n"
-    rows = table_rows(r)
-    if rows:
-        out += table_markdown(TABLE_HEADERS, rows)
-    else:
-        out += "No kernel changed.\n"
-    return out
-
-
 CSV_HEAD = [
     "status",
     "verdict",
@@ -260,43 +125,23 @@ def render_csv(r: DiffResult) -> str:
     return table_csv(columns, rows)
 
 
-def render_views(views: list[KernelDeepView]) -> str:
-    out = ""
-    for v in views:
-        k = v.kernel
-        out += f"\n== {k.name}  {k.a_cache_key or '-'} → {k.b_cache_key or '-'}  ({_label(k)})\n"
-        if k.metrics:
-            rows = [
-                [m, x["a"], x["b"], x["delta"]]
-                for m, x in k.metrics.items()
-                if x["a"] is not None or x["b"] is not None
-            ]
-            out += table_text(["fact", "A", "B", "delta"], rows, width=TABLE_WIDTH)
-        out += (
-            "\nTriton JSON (deepdiff):\n"
-            + (json.dumps(v.triton_json_diff, indent=2, sort_keys=True) if v.triton_json_diff else "  identical")
-            + "\n"
-        )
-        out += (
-            "\ncode-object metadata (deepdiff):\n"
-            + (json.dumps(v.co_metadata_diff, indent=2, sort_keys=True) if v.co_metadata_diff else "  identical")
-            + "\n"
-        )
-        if v.mix_rows:
-            out += "\ninstruction mix:\n" + table_text(
-                ["mnemonic", "group", "A", "B", "delta"],
-                [[r["mnemonic"], r["grp"], r["a"], r["b"], r["delta"]] for r in v.mix_rows],
-                width=TABLE_WIDTH,
-            )
-        out += f"\nnormalised ISA ({v.isa_kind or 'none'}) diff:\n" + (v.isa_diff or "  identical\n")
-    return out
+def render_views(views: list[KernelDeepView], width: int = DEFAULT_WIDTH) -> str:
+    return "".join(view_text(v, width) for v in views)
 
 
-def render_diff(r: DiffResult, fmt: str, views: list[KernelDeepView] | None = None) -> str:
+def render_diff(
+    r: DiffResult, fmt: str, views: list[KernelDeepView] | None = None, opts: TableOptions | None = None
+) -> str:
+    """The report in one format. With deep views, the table and markdown formats show only the selected
+    kernels (after the summary); json and csv are unchanged documents (json adds `deep`)."""
+    opts = opts or TableOptions()
     if fmt == "json":
         return to_json(document(r, views))
     if fmt == "csv":
         return render_csv(r)
     if fmt == "markdown":
-        return render_markdown(r)
-    return render_table(r) + (render_views(views) if views else "")
+        return render_markdown(r, views, top=opts.top)
+    if views:
+        head = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
+        return head + summary_line(r) + "\n" + render_views(views, opts.width)
+    return render_table(r, opts)

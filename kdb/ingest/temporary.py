@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -12,10 +12,12 @@ from kdb.store.home import Home
 
 
 @contextmanager
-def temporary_snapshot(path: Path, wait_s: float = 600.0) -> Iterator[tuple[Home, str]]:
+def temporary_snapshot(
+    path: Path, wait_s: float = 600.0, progress: Callable[[int, int, int, int], None] | None = None
+) -> Iterator[tuple[Home, str]]:
     """Ingest `path` into a temporary home; yield (that home, the snapshot's tag)."""
     with tempfile.TemporaryDirectory(prefix="kdb-diff-") as tmp:
         home = Home(Path(tmp))
         tag = path.resolve().name or "dir"
-        ingest(home, path, tag, lock_wait_s=wait_s)
+        ingest(home, path, tag, lock_wait_s=wait_s, progress=progress)
         yield home, tag

@@ -114,3 +114,124 @@ def render_rows(
     if fmt == "markdown":
         return table_markdown(columns, rows)
     return table_text(columns, rows, title, width)
+
+
+# -- fitted tables: one line per row, never wrapped -----------------------------------------------------
+ANSI = {"red": "\x1b[31m", "green": "\x1b[32m", "yellow": "\x1b[33m", "cyan": "\x1b[36m", "dim": "\x1b[2m"}
+ANSI["bold"] = "\x1b[1m"
+ANSI_RESET = "\x1b[0m"
+GAP = 2
+
+
+def paint(text: str, style: str | None, color: bool) -> str:
+    """`text` in an ANSI style when colour is on (the CLI decides: a TTY, and NO_COLOR unset)."""
+    return f"{ANSI[style]}{text}{ANSI_RESET}" if color and style else text
+
+
+def elide_middle(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its middle replaced by `…` (names keep their head and tail)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
+
+
+def elide_end(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + "…" if width > 0 else ""
+
+
+def fitted_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    width: int,
+    *,
+    elide: dict[int, tuple[str, int]] | None = None,
+    optional: Sequence[int] = (),
+    right: Sequence[int] = (),
+    row_styles: Sequence[str | None] | None = None,
+    color: bool = False,
+) -> str:
+    """An aligned table of one line per row within `width` characters. When too wide: the gap narrows to one
+    space, the `optional` columns are dropped (in that order) while that is not enough, then the columns named in
+    `elide` (index -> ("middle" | "end", minimum width)) shrink, widest first, their cells elided; a line still
+    too long is cut. Only the first cell of a row is painted with its style."""
+    elide = elide or {}
+    cells = [[_cell(v).replace("\n", " ") for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    keep = list(range(len(headers)))
+
+    def floor(i: int) -> int:
+        return min(widths[i], max(elide[i][1], len(headers[i]))) if i in elide else widths[i]
+
+    gap = GAP
+    if sum(widths) + gap * (len(keep) - 1) > width:
+        gap = 1
+    for i in optional:
+        if sum(floor(j) for j in keep) + gap * (len(keep) - 1) <= width:
+            break
+        keep.remove(i)
+    over = sum(widths[i] for i in keep) + gap * (len(keep) - 1) - width
+    while over > 0:
+        shrinkable = [i for i in keep if i in elide and widths[i] > floor(i)]
+        if not shrinkable:
+            break
+        i = max(shrinkable, key=lambda j: widths[j])
+        widths[i] -= 1
+        over -= 1
+
+    def line(values: Sequence[str], style: str | None, whole: bool = False) -> str:
+        parts = []
+        for i in keep:
+            how = elide.get(i, ("end", 0))[0]
+            v = values[i]
+            text = elide_middle(v, widths[i]) if how == "middle" else elide_end(v, widths[i])
+            parts.append(text.rjust(widths[i]) if i in right else text.ljust(widths[i]))
+        plain = elide_end((" " * gap).join(parts).rstrip(), width)
+        first = len(plain) if whole else min(len(parts[0].rstrip()), len(plain))
+        return paint(plain[:first], style, color) + plain[first:]
+
+    out = [line(list(headers), "bold", whole=True)]
+    styles = list(row_styles) if row_styles is not None else [None] * len(cells)
+    out += [line(r, s) for r, s in zip(cells, styles, strict=True)]
+    return "\n".join(out) + "\n"
+
+
+def fitted_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int | None, max_rows: int = 0) -> str:
+    """A query result as the DuckDB shell shows it: at most `max_rows` rows (0: all), within `width` (None: as
+    wide as it is) with wide cells elided and columns dropped from the middle, and a note of what was left out."""
+    shown = list(rows[:max_rows]) if max_rows else list(rows)
+    if width is None:
+        return table_text(columns, shown) + _rows_note(len(rows), len(shown), len(columns), len(columns))
+    n = len(columns)
+    middle_out = sorted(range(1, n - 1), key=lambda i: abs(i - (n - 1) / 2))
+    cells = [[_cell(v) for v in r] for r in shown]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    keep = list(range(n))
+    for i in middle_out:
+        if sum(min(widths[j], 24) for j in keep) + len(keep) - 1 <= width:
+            break
+        keep.remove(i)
+    picked = [columns[i] for i in keep]
+    text = fitted_table(
+        picked,
+        [[r[i] for i in keep] for r in shown],
+        width,
+        elide={j: ("end", min(len(picked[j]) + 2, 24)) for j in range(len(picked))},
+    )
+    return text + _rows_note(len(rows), len(shown), n, len(keep))
+
+
+def _rows_note(total: int, shown: int, columns: int, kept: int) -> str:
+    if shown == total and kept == columns:
+        return ""
+    notes = [f"{total} row{'s' * (total != 1)}"]
+    if shown < total:
+        notes[0] += f", {shown} shown (--max-rows 0 shows all)"
+    if kept < columns:
+        notes.append(f"{columns} columns, {kept} shown (-f csv: all)")
+    return "; ".join(notes) + "\n"

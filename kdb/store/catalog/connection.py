@@ -3,6 +3,7 @@ transactions, bulk inserts and the helpers every catalog query shares."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -119,6 +120,19 @@ class CatalogConnection:
         else:
             catalog._check_migrated()
         return catalog
+
+    @classmethod
+    @contextmanager
+    def open_or_empty(cls, path: Path, *, wait_s: float = 10.0) -> Iterator[Self]:
+        """The catalog read-only, or where there is none yet an empty one of the same schema (queries answer empty)."""
+        if path.exists():
+            with cls.open(path, read_only=True, wait_s=wait_s) as catalog:
+                yield catalog
+            return
+        with tempfile.TemporaryDirectory(prefix="kdb-empty-") as tmp:
+            cls.open(Path(tmp) / "catalog.duckdb").close()
+            with cls.open(Path(tmp) / "catalog.duckdb", read_only=True) as catalog:
+                yield catalog
 
     @classmethod
     def _create(cls, path: Path) -> None:

@@ -31,12 +31,14 @@ class CatalogQueries(CatalogConnection):
         )
 
     def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
-        """Rows of the `kernels` view for kernels whose name or cache key matches (glob or exact)."""
+        """Rows of the `kernels` view for kernels whose name matches (exact or glob, as `kdb diff --kernel`) or
+        whose cache key starts with `pattern` (4 characters or more, any case)."""
         sid = self.require_snapshot(tag)
+        prefix = pattern.upper() if len(pattern) >= 4 else "\x00"
         return self._dicts(
-            "SELECT * EXCLUDE (snapshot_id, folder_digest) FROM kernels WHERE snapshot_id = ? AND (name = ? OR cache_key = ? "
-            "OR name GLOB ?) ORDER BY name, cache_key",
-            [sid, pattern, pattern, pattern],
+            "SELECT * EXCLUDE (snapshot_id, folder_digest) FROM kernels WHERE snapshot_id = ? AND (name = ? "
+            "OR starts_with(upper(cache_key), ?) OR name GLOB ?) ORDER BY name, cache_key",
+            [sid, pattern, prefix, pattern],
         )
 
     def kernel_detail(self, tag: str, cache_key: str) -> dict[str, Any]:

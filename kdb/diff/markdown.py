@@ -1,0 +1,128 @@
+"""`kdb diff --format markdown`: a pull-request comment that always fits GitHub's 65,536-character limit.
+
+Summary, the fired rules with their kernels, the top N kernels as a table, the rest folded in `<details>`
+while room remains and counted after that; deep views (--kernel) follow, each folded and cut to fit.
+Pure functions."""
+
+from __future__ import annotations
+
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status
+from kdb.diff.terminal import HEADERS, TableOptions, kernel_key, row, rows_shown, summary_line
+from kdb.diff.views import view_markdown
+from kdb.render.tables import elide_end, elide_middle
+
+COMMENT_LIMIT = 65_536
+DEFAULT_TOP = 25
+FIRED_LISTED = 30
+NAME_WIDTH = 80
+REASON_WIDTH = 160
+_TRAILER = 1_000  # kept free for the closing notes
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def _md_row(k: KernelDiff) -> str:
+    cells = row(k)
+    cells[1] = elide_middle(cells[1], NAME_WIDTH)
+    cells[-1] = elide_end(cells[-1], REASON_WIDTH)
+    return "| " + " | ".join(_esc(c) for c in cells) + " |\n"
+
+
+_HEAD = "| " + " | ".join(HEADERS) + " |\n" + "|" + "|".join("---" for _ in HEADERS) + "|\n"
+
+
+class _Budget:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[str] = []
+        self.used = 0
+
+    def fits(self, text: str, reserve: int = _TRAILER) -> bool:
+        return self.used + len(text) <= self.limit - reserve
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+        self.used += len(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _fired(r: DiffResult, budget: _Budget) -> None:
+    for rule in r.fired:
+        hits = [k for k in r.kernels if rule in k.fired_rules]
+        head = f"**fired `{rule}`** on {len(hits)} kernel{'s' * (len(hits) != 1)}:\n\n"
+        if not budget.fits(head):
+            continue
+        budget.add(head)
+        listed = 0
+        for k in hits[:FIRED_LISTED]:
+            line = (
+                f"- `{_esc(elide_middle(k.name, NAME_WIDTH))}` `{kernel_key(k)}` — {k.status.label}: "
+                f"{_esc(elide_end(k.reason or '', REASON_WIDTH))}\n"
+            )
+            if not budget.fits(line, 4 * _TRAILER):
+                break
+            budget.add(line)
+            listed += 1
+        if listed < len(hits):
+            budget.add(f"- … and {len(hits) - listed} more (`--format json` lists every kernel's `fired_rules`)\n")
+        budget.add("\n")
+
+
+def render_markdown(
+    r: DiffResult,
+    views: list[KernelDeepView] | None = None,
+    top: int | None = None,
+    limit: int = COMMENT_LIMIT,
+) -> str:
+    top = DEFAULT_TOP if top is None else top
+    b = _Budget(limit)
+    b.add(f"### kdb diff `{_esc(r.a_label)}` → `{_esc(r.b_label)}`\n\n{summary_line(r)}\n\n")
+    if r.trust_problem:
+        b.add(f"**untrusted:** {_esc(r.trust_problem)}\n\n")
+    _fired(r, b)
+    changed, _ = rows_shown(r, TableOptions(only="changed"))
+    if not changed:
+        b.add("No kernel changed.\n")
+    else:
+        head = f"#### {'Top ' + str(min(top, len(changed))) + ' of ' if len(changed) > top else ''}"
+        b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + _HEAD)
+        shown = 0
+        for k in changed[:top]:
+            line = _md_row(k)
+            if not b.fits(line, 3 * _TRAILER):
+                break
+            b.add(line)
+            shown += 1
+        rest = changed[shown:]
+        if rest and b.fits(_HEAD, 3 * _TRAILER):
+            b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + _HEAD)
+            folded = 0
+            for k in rest:
+                line = _md_row(k)
+                if not b.fits(line, 2 * _TRAILER):
+                    break
+                b.add(line)
+                folded += 1
+            b.add("\n</details>\n")
+            shown += folded
+        if shown < len(changed):
+            b.add(
+                f"\n{len(changed) - shown} more changed kernels not listed (the comment limit); "
+                "`kdb diff --format csv` lists every kernel.\n"
+            )
+    unpaired = [f"{r.count(s)} {s.label}" for s in UNPAIRED if r.count(s)]
+    notes = [f"{r.count(Status.SAME)} same"] + unpaired
+    b.add(f"\n{', '.join(notes)} (`--format json` lists them).\n")
+    views = views or []
+    for i, v in enumerate(views):
+        room = b.limit - b.used - 200
+        if room < 500:
+            b.add(f"\n{len(views) - i} deep views left out (the comment limit).\n")
+            break
+        b.add(view_markdown(v, room))
+    text = b.text()
+    return text if len(text) <= limit else text[: limit - 2] + "…\n"

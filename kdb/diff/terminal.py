@@ -1,0 +1,201 @@
+"""The terminal view of `kdb diff`: a table that fits a given width, filters, fired rules first. Pure: the CLI
+decides the width, colour and pager, and passes them in (TableOptions); nothing here looks at the terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status
+from kdb.diff.rules import evaluate_rule
+from kdb.render.tables import elide_end, elide_middle, fitted_table, paint
+
+ONLY = ("regressed", "improved", "changed", "fired", "new-spills", "unmatched")
+DEFAULT_WIDTH = 100
+STYLE = {
+    Status.REGRESSED: "red",
+    Status.MIXED: "yellow",
+    Status.IMPROVED: "green",
+    Status.NEUTRAL: "dim",
+    Status.ONLY_IN_A: "cyan",
+    Status.ONLY_IN_B: "cyan",
+    Status.AMBIGUOUS: "cyan",
+}
+HEADERS = ["status", "kernel", "VGPRs", "AGPRs", "SGPRs", "vspill", "sspill", "scratch", "occupancy", "stage", "reason"]
+_NAME, _STAGE, _REASON = 1, len(HEADERS) - 2, len(HEADERS) - 1
+LEGEND = (
+    "kernel: name and cache key (kdb show TAG --kernel KEY); vspill/sspill: VGPR/SGPR spills; scratch in bytes; "
+    "occupancy: waves per SIMD and its limiter; AGPRs are part of VGPRs on gfx90a+"
+)
+_NEW_SPILLS = Rule("new-spills", "new-spills")
+FIRED_LISTED = 20
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    width: int = DEFAULT_WIDTH
+    color: bool = False
+    only: str | None = None  # one of ONLY
+    top: int | None = None  # at most this many rows
+    show_all: bool = False  # unmatched and ambiguous kernels as rows, not counts
+
+
+def summary_line(r: DiffResult) -> str:
+    s = r.summary
+    return (
+        f"same {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
+        f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}"
+    )
+
+
+def short_key(key: str | None) -> str:
+    return key[:6] if key else "-"
+
+
+def kernel_key(k: KernelDiff) -> str:
+    return short_key(k.a_cache_key or k.b_cache_key)
+
+
+def selected(k: KernelDiff, only: str | None) -> bool:
+    """Whether `--only` keeps a kernel (None: every kernel that is not the same)."""
+    if only is None:
+        return k.status is not Status.SAME
+    if only == "regressed":
+        return k.status.worse
+    if only == "improved":
+        return k.status is Status.IMPROVED
+    if only == "changed":
+        return k.status.changed
+    if only == "fired":
+        return bool(k.fired_rules)
+    if only == "new-spills":
+        return evaluate_rule(_NEW_SPILLS, k)
+    return k.status in UNPAIRED
+
+
+def _text(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def _pair(k: KernelDiff, metric: str) -> str:
+    """`a`, or `a→b` when the two sides differ; one side's value for an unpaired kernel."""
+    if k.status in UNPAIRED or not (k.a and k.b):
+        facts = k.facts
+        v = facts.get(metric) if facts else None
+        return "" if v is None else str(v)
+    a, b = k.a.get(metric), k.b.get(metric)
+    if a == b:
+        return "" if a is None else str(a)
+    return f"{_text(a)}→{_text(b)}"
+
+
+def occupancy_text(value: Any, limiter: Any) -> str:
+    """Occupancy 0 with limiter `lds`: the LDS request exceeds what one workgroup may use."""
+    if value == 0 and limiter == "lds":
+        return "cannot launch"
+    return "-" if value is None else str(value)
+
+
+def occupancy_cell(k: KernelDiff) -> str:
+    """Occupancy with its limiter: `2→1 vgpr`, `4 lds→vgpr`, `cannot launch`."""
+    sides = [f for f in (k.a, k.b) if f is not None] if k.status not in UNPAIRED else [k.facts]
+    values = [(f.get("occupancy"), f.get("occupancy_limiter")) for f in sides if f is not None]
+    if not values or all(v is None for v, _ in values):
+        return ""
+    texts = [occupancy_text(v, lim) for v, lim in values]
+    occ = texts[0] if len(set(texts)) == 1 else "→".join(texts)
+    limiters = [lim for v, lim in values if lim and occupancy_text(v, lim) != "cannot launch"]
+    lim = "" if not limiters else limiters[0] if len(set(limiters)) == 1 else "→".join(limiters)
+    return f"{occ} {lim}".strip()
+
+
+def _cuda(k: KernelDiff) -> bool:
+    facts = k.facts
+    return facts is not None and facts.backend == "cuda"
+
+
+def row(k: KernelDiff) -> list[str]:
+    cuda = _cuda(k)
+    return [
+        k.status.label,
+        f"{k.name} {kernel_key(k)}",
+        _pair(k, "registers" if cuda else "vgpr_count"),
+        "" if cuda else _pair(k, "agpr_count"),
+        "" if cuda else _pair(k, "sgpr_count"),
+        "" if cuda else _pair(k, "vgpr_spill_count"),
+        "" if cuda else _pair(k, "sgpr_spill_count"),
+        _pair(k, "local_bytes" if cuda else "scratch_bytes"),
+        occupancy_cell(k),
+        k.first_changed_stage or "",
+        (k.reason or "") if k.status.changed or k.status is Status.AMBIGUOUS else "",
+    ]
+
+
+def rows_shown(r: DiffResult, opts: TableOptions) -> tuple[list[KernelDiff], int]:
+    """The kernels the table lists, in report order, and how many more `--top` cut."""
+    keep = [
+        k
+        for k in r.kernels
+        if selected(k, opts.only) and (opts.show_all or opts.only == "unmatched" or k.status not in UNPAIRED)
+    ]
+    if opts.top is not None and len(keep) > opts.top:
+        return keep[: opts.top], len(keep) - opts.top
+    return keep, 0
+
+
+def _fired_section(r: DiffResult, opts: TableOptions) -> str:
+    out = ""
+    for rule in r.fired:
+        hits = [k for k in r.kernels if rule in k.fired_rules]
+        out += paint(f"fired {rule}: {len(hits)} kernel{'s' * (len(hits) != 1)}", "red", opts.color) + "\n"
+        for k in hits[:FIRED_LISTED]:
+            name_width = max(min(len(k.name), opts.width // 2), 12)
+            text = f"  {elide_middle(k.name, name_width)} {kernel_key(k)}  {k.status.label}: {k.reason or ''}"
+            out += elide_end(text.rstrip(), opts.width) + "\n"
+        if len(hits) > FIRED_LISTED:
+            out += f"  … and {len(hits) - FIRED_LISTED} more (--only fired lists them)\n"
+    return out
+
+
+def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
+    opts = opts or TableOptions()
+    out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
+    out += summary_line(r) + "\n"
+    if r.fired:
+        out += "\n" + _fired_section(r, opts)
+    shown, cut = rows_shown(r, opts)
+    if shown:
+        width = max(opts.width, 40)
+        out += "\n" + fitted_table(
+            HEADERS,
+            [row(k) for k in shown],
+            width,
+            elide={_NAME: ("middle", 12), _REASON: ("end", 12)},
+            optional=[_STAGE],
+            right=range(2, 8),
+            row_styles=[STYLE.get(k.status) for k in shown],
+            color=opts.color,
+        )
+    elif opts.only:
+        out += f"\nno kernel is {opts.only}\n"
+    notes = []
+    if cut:
+        notes.append(f"{cut} more rows not shown (--top {opts.top})")
+    same = r.count(Status.SAME)
+    if same and opts.only is None:
+        notes.append(f"{same} same kernels not shown")
+    unpaired = [s for s in UNPAIRED if r.count(s)]
+    if unpaired and not opts.show_all and opts.only in (None, "changed"):
+        counts = ", ".join(f"{r.count(s)} {s.label}" for s in unpaired)
+        notes.append(f"{counts} not shown (--all lists them)")
+    if shown:
+        notes.append(elide_end(LEGEND, max(opts.width, 40)) if opts.width < len(LEGEND) else LEGEND)
+    if any(_cuda(k) for k in shown):
+        notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
+    if notes:
+        out += "\n" + "\n".join(notes) + "\n"
+    if r.rules:
+        out += f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}\n"
+    if r.trust_problem:
+        out += paint(f"untrusted: {r.trust_problem}", "red", opts.color) + "\n"
+    return out

@@ -1,0 +1,213 @@
+"""The records a report shows, as JSON-ready dicts: the rows of the ranked table, each kernel's drill-down, and
+the series of every plot (with the number of marks each should draw, which the browser test checks)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status
+from kdb.diff.terminal import kernel_key, occupancy_cell, occupancy_text, row
+from kdb.diff.views import deepdiff_lines, fact_rows
+
+VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
+HOT_LINES = 10
+
+
+def _reg_column(k: KernelDiff) -> str:
+    facts = k.facts
+    return "registers" if facts is not None and facts.backend == "cuda" else "vgpr_count"
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def hot_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The source lines with the most instructions: file (base name), line, count, groups."""
+    total: Counter[tuple[str, int]] = Counter()
+    groups: dict[tuple[str, int], Counter[str]] = {}
+    for r in lines:
+        key = (str(r.get("file") or "?").rsplit("/", 1)[-1], int(r.get("line") or 0))
+        total[key] += int(r.get("count") or 0)
+        groups.setdefault(key, Counter())[str(r.get("grp"))] += int(r.get("count") or 0)
+    return [
+        {"file": f, "line": n, "count": c, "groups": ", ".join(f"{g} {x}" for g, x in groups[f, n].most_common(3))}
+        for (f, n), c in total.most_common(HOT_LINES)
+    ]
+
+
+def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
+    """Every kernel but the same ones, in report order: display cells and sort keys."""
+    out = []
+    for rank, k in enumerate(r.kernels):
+        if k.status is Status.SAME:
+            continue
+        cells = row(k)
+        col = _reg_column(k)
+        b = k.b or k.a
+        sort = [
+            rank,
+            k.name,
+            _num(b.get(col)) if b else None,
+            _num(b.get("agpr_count")) if b else None,
+            _num(b.get("sgpr_count")) if b else None,
+            _num(b.get("vgpr_spill_count")) if b else None,
+            _num(b.get("sgpr_spill_count")) if b else None,
+            _num(b.get("scratch_bytes") if col == "vgpr_count" else b.get("local_bytes")) if b else None,
+            _num(b.get("occupancy")) if b else None,
+            cells[-2],
+            cells[-1],
+        ]
+        out.append({"id": rank, "status": k.status.label, "cells": cells, "sort": sort, "severity": k.severity})
+    return out
+
+
+def diff_drill(
+    r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[str, str], list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Drill-down per table row id: facts side by side, mix groups, metadata differences, ISA hunks, hot lines."""
+    by_kernel = {id(v.kernel): v for v in views}
+    out: dict[str, Any] = {}
+    for rank, k in enumerate(r.kernels):
+        if k.status is Status.SAME:
+            continue
+        v = by_kernel.get(id(k))
+        facts = fact_rows(v) if v else fact_rows(KernelDeepView(k, {}, {}, [], "", None))
+        out[str(rank)] = {
+            "name": k.name,
+            "a_key": k.a_cache_key,
+            "b_key": k.b_cache_key,
+            "status": k.status.label,
+            "reason": k.reason,
+            "facts": [[str(c) if c is not None else "" for c in f] for f in facts],
+            "mix": [[g, x["a"], x["b"], x["delta"]] for g, x in k.mix_groups.items()],
+            "metadata": (deepdiff_lines(v.triton_json_diff) + deepdiff_lines(v.co_metadata_diff)) if v else None,
+            "isa": v.isa_diff[:60_000] if v else None,
+            "hot_a": hot_lines(lines.get(("a", k.a_cache_key or ""), [])),
+            "hot_b": hot_lines(lines.get(("b", k.b_cache_key or ""), [])),
+        }
+    return out
+
+
+def vgpr_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
+    """Per verdict: the paired kernels with a register count on both sides (x: A, y: B)."""
+    out: dict[str, list[dict[str, Any]]] = {v: [] for v in VERDICTS}
+    for rank, k in enumerate(r.kernels):
+        if not k.status.paired or k.a is None or k.b is None:
+            continue
+        col = _reg_column(k)
+        xa, xb = _num(k.a.get(col)), _num(k.b.get(col))
+        if xa is None or xb is None:
+            continue
+        out[k.status.label].append({"x": xa, "y": xb, "text": f"{k.name} {kernel_key(k)}", "id": rank})
+    return out
+
+
+def occupancy_transitions(r: DiffResult) -> tuple[list[str], list[str], list[list[int]]]:
+    """(A labels, B labels, counts[a][b]) of the paired kernels' occupancy."""
+    pairs: Counter[tuple[str, str]] = Counter()
+    for k in r.kernels:
+        if k.status.paired and k.a and k.b:
+            a = occupancy_text(k.a.get("occupancy"), k.a.get("occupancy_limiter"))
+            b = occupancy_text(k.b.get("occupancy"), k.b.get("occupancy_limiter"))
+            pairs[a, b] += 1
+
+    def order(v: str) -> tuple[int, float]:
+        return (0, float(v)) if v.replace(".", "").isdigit() else (1, 0.0)
+
+    la = sorted({a for a, _ in pairs}, key=order)
+    lb = sorted({b for _, b in pairs}, key=order)
+    return la, lb, [[pairs.get((a, b), 0) for b in lb] for a in la]
+
+
+def spill_changes(r: DiffResult) -> list[dict[str, Any]]:
+    """Paired kernels whose spills or scratch (NVIDIA: local memory) changed: the deltas."""
+    out = []
+    for k in r.kernels:
+        if not (k.status.paired and k.a and k.b):
+            continue
+        cuda = k.a.backend == "cuda"
+        deltas = {}
+        for label, col in (
+            ("VGPR spills", "vgpr_spill_count"),
+            ("SGPR spills", "sgpr_spill_count"),
+            ("scratch bytes", "local_bytes" if cuda else "scratch_bytes"),
+        ):
+            a, b = _num(k.a.get(col)), _num(k.b.get(col))
+            deltas[label] = (b - a) if a is not None and b is not None else 0.0
+        if any(deltas.values()):
+            out.append({"kernel": f"{k.name} {kernel_key(k)}", **deltas})
+    return out
+
+
+def mix_shifts(r: DiffResult) -> dict[str, int]:
+    """Instruction-mix group -> the sum of its count changes over the paired kernels (non-zero only)."""
+    total: Counter[str] = Counter()
+    for k in r.kernels:
+        if k.status.paired:
+            for g, x in k.mix_groups.items():
+                total[g] += int(x.get("delta") or 0)
+    return {g: d for g, d in sorted(total.items()) if d}
+
+
+def summary_counts(r: DiffResult) -> dict[str, int]:
+    return {**r.summary, "unpaired": sum(1 for k in r.kernels if k.status in UNPAIRED)}
+
+
+# -- one snapshot -------------------------------------------------------------------------------------
+SNAPSHOT_HEADERS = ["kernel", "VGPRs", "AGPRs", "SGPRs", "vspill", "sspill", "scratch", "occupancy", "LDS"]
+
+
+def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for i, k in enumerate(kernels):
+        cuda = k.get("backend") == "cuda"
+        vgpr = k.get("registers") if cuda else k.get("vgpr_count")
+        scratch = k.get("local_bytes") if cuda else k.get("scratch_bytes")
+        occ = occupancy_text(k.get("occupancy"), k.get("occupancy_limiter"))
+        lim = k.get("occupancy_limiter") or ""
+        cells = [
+            f"{k['name']} {str(k['cache_key'])[:6]}",
+            vgpr,
+            k.get("agpr_count"),
+            k.get("sgpr_count"),
+            k.get("vgpr_spill_count"),
+            k.get("sgpr_spill_count"),
+            scratch,
+            f"{occ} {lim if occ != 'cannot launch' else ''}".strip(),
+            k.get("shared") if cuda else k.get("lds_static"),
+        ]
+        sort: list[Any] = [c if isinstance(c, (int, float)) else None for c in cells]
+        sort[0] = cells[0]
+        sort[7] = _num(k.get("occupancy"))
+        out.append({"id": i, "status": "", "cells": ["" if c is None else str(c) for c in cells], "sort": sort})
+    return out
+
+
+def occupancy_by_limiter(kernels: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """limiter -> occupancy label -> kernels."""
+    out: dict[str, Counter[str]] = {}
+    for k in kernels:
+        occ = occupancy_text(k.get("occupancy"), k.get("occupancy_limiter"))
+        out.setdefault(str(k.get("occupancy_limiter") or "unknown"), Counter())[occ] += 1
+    return {lim: dict(c) for lim, c in sorted(out.items())}
+
+
+def register_values(kernels: list[dict[str, Any]]) -> list[float]:
+    values = [_num(k.get("registers") if k.get("backend") == "cuda" else k.get("vgpr_count")) for k in kernels]
+    return [v for v in values if v is not None]
+
+
+def spilling(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for k in kernels:
+        scratch = _num(k.get("local_bytes") if k.get("backend") == "cuda" else k.get("scratch_bytes")) or 0.0
+        spills = (_num(k.get("vgpr_spill_count")) or 0.0) + (_num(k.get("sgpr_spill_count")) or 0.0)
+        if scratch or spills:
+            out.append({"kernel": f"{k['name']} {str(k['cache_key'])[:6]}", "scratch": scratch, "spills": spills})
+    return sorted(out, key=lambda x: -x["scratch"])
+
+
+def occupancy_label(k: KernelDiff) -> str:
+    return occupancy_cell(k)

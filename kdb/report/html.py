@@ -1,0 +1,272 @@
+"""The HTML page of `kdb report`: Plotly figures (plotly.js inlined: the page fetches nothing and opens from
+file://), the ranked table (sortable, filterable) and a drill-down per kernel. The one module that imports
+plotly."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from kdb.diff.model import DiffResult, KernelDeepView
+from kdb.diff.terminal import HEADERS, summary_line
+from kdb.report import data
+
+COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
+_LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "template": "plotly_white"}
+
+STYLE = """
+body{font:14px system-ui,sans-serif;margin:20px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:12px}
+.plot{border:1px solid #ddd;border-radius:4px;min-height:360px}
+table{border-collapse:collapse;font:12px ui-monospace,monospace}th,td{padding:2px 6px;text-align:left;
+border-bottom:1px solid #eee;white-space:nowrap}th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
+tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox{max-height:480px;overflow:auto;border:1px solid #ddd}
+td.reason{white-space:normal;min-width:240px}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
+.neutral{color:#7f7f7f}#drill{margin-top:12px;border:1px solid #ccc;padding:8px;display:none}
+#drill pre{max-height:360px;overflow:auto;background:#f8f8f8;padding:6px}.ins{color:#2ca02c}.del{color:#d62728}
+.hunk{color:#6f42c1}.side{display:inline-block;vertical-align:top;margin-right:24px}
+"""
+
+APP = """
+const D = JSON.parse(document.getElementById('kdb-data').textContent);
+for (const [id, fig] of Object.entries(D.figures)) {
+  Plotly.newPlot(id, fig.data, fig.layout, {displaylogo: false, responsive: true});
+}
+const esc = s => String(s ?? '').replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));
+let sortCol = 0, sortDir = 1;
+function cmp(a, b) {
+  const x = a.sort[sortCol], y = b.sort[sortCol];
+  if (x === y) return a.id - b.id;
+  if (x === null || x === undefined) return 1;
+  if (y === null || y === undefined) return -1;
+  return (x < y ? -1 : 1) * sortDir;
+}
+function draw() {
+  const q = document.getElementById('filter').value.toLowerCase();
+  const st = document.getElementById('status').value;
+  const rows = D.rows.filter(r => (!st || r.status === st) && r.cells.join(' ').toLowerCase().includes(q));
+  rows.sort(cmp);
+  document.getElementById('count').textContent = rows.length + ' of ' + D.rows.length + ' kernels';
+  document.querySelector('#kernels tbody').innerHTML = rows.map(r =>
+    '<tr data-id="' + r.id + '">' + r.cells.map((c, i) =>
+      '<td class="' + (i === 0 ? esc(r.status) : (i === r.cells.length - 1 ? 'reason' : '')) + '">' + esc(c) + '</td>'
+    ).join('') + '</tr>').join('');
+}
+document.querySelectorAll('#kernels th').forEach((th, i) => th.addEventListener('click', () => {
+  sortDir = sortCol === i ? -sortDir : 1; sortCol = i; draw();
+}));
+document.getElementById('filter').addEventListener('input', draw);
+document.getElementById('status').addEventListener('change', draw);
+function table(head, rows) {
+  return '<table><tr>' + head.map(h => '<th>' + esc(h) + '</th>').join('') + '</tr>' +
+    rows.map(r => '<tr>' + r.map(c => '<td>' + esc(c) + '</td>').join('') + '</tr>').join('') + '</table>';
+}
+function isa(text) {
+  return text.split('\\n').map(l => '<span class="' + (l.startsWith('@@') ? 'hunk' : l.startsWith('+') ? 'ins' :
+    l.startsWith('-') ? 'del' : '') + '">' + esc(l) + '</span>').join('\\n');
+}
+function drill(id) {
+  const k = D.drill[id]; if (!k) return;
+  document.querySelectorAll('#kernels tr.sel').forEach(tr => tr.classList.remove('sel'));
+  const tr = document.querySelector('#kernels tr[data-id="' + id + '"]'); if (tr) tr.classList.add('sel');
+  let h = '<h2 id="drill-title">' + esc(k.name) + ' ' + esc(k.a_key || '-') + ' → ' + esc(k.b_key || '-') +
+    ' <span class="' + esc(k.status) + '">' + esc(k.status) + '</span></h2>';
+  if (k.reason) h += '<p><b>reason:</b> ' + esc(k.reason) + '</p>';
+  h += '<div class="side"><h3>facts</h3>' + table(D.fact_head, k.facts) + '</div>';
+  if (k.mix && k.mix.length) h += '<div class="side"><h3>instruction mix by group</h3>' +
+    table(D.mix_head, k.mix) + '</div>';
+  for (const side of ['a', 'b']) {
+    const hot = k['hot_' + side] || [];
+    if (hot.length) h += '<div class="side"><h3>hot source lines (' + side.toUpperCase() + ')</h3>' +
+      table(['file', 'line', 'instructions', 'groups'], hot.map(x => [x.file, x.line, x.count, x.groups])) + '</div>';
+  }
+  if (k.metadata && k.metadata.length) h += '<h3>metadata differences</h3><pre>' + esc(k.metadata.join('\\n')) + '</pre>';
+  if (k.isa) h += '<h3>normalised ISA hunks</h3><pre id="isa">' + isa(k.isa) + '</pre>';
+  else if (k.isa === '') h += '<p>normalised ISA identical</p>';
+  const box = document.getElementById('drill'); box.innerHTML = h; box.style.display = 'block';
+}
+document.querySelector('#kernels tbody').addEventListener('click', e => {
+  const tr = e.target.closest('tr'); if (tr) drill(tr.dataset.id);
+});
+for (const id of D.clickable) {
+  document.getElementById(id).on('plotly_click', ev => {
+    const p = ev.points[0]; if (p && p.customdata !== undefined) drill(String(p.customdata));
+  });
+}
+draw();
+"""
+
+
+def _fig(fig: go.Figure) -> Any:
+    return json.loads(pio.to_json(fig, validate=True))
+
+
+def _layout(title: str, **kw: Any) -> dict[str, Any]:
+    return {**_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
+
+
+def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
+    """The diff's figures by element id, and how many marks each draws (points, cells, bars)."""
+    figs: dict[str, Any] = {}
+    marks: dict[str, int] = {}
+    points = data.vgpr_points(r)
+    fig = go.Figure(layout=_layout("VGPRs (NVIDIA: registers), A vs B", xaxis_title="A", yaxis_title="B"))
+    top = max([max(p["x"], p["y"]) for ps in points.values() for p in ps] or [1])
+    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"color": "#bbb", "dash": "dot"}, name="A = B"))
+    for verdict, ps in points.items():
+        if ps:
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["x"] for p in ps],
+                    y=[p["y"] for p in ps],
+                    text=[p["text"] for p in ps],
+                    customdata=[p["id"] for p in ps],
+                    mode="markers",
+                    name=verdict,
+                    marker={"color": COLORS[verdict], "size": 8, "opacity": 0.8},
+                    hovertemplate="%{text}<br>A %{x} → B %{y}<extra>" + verdict + "</extra>",
+                )
+            )
+    figs["plot-vgpr"], marks["plot-vgpr"] = _fig(fig), sum(len(ps) for ps in points.values())
+    la, lb, z = data.occupancy_transitions(r)
+    fig = go.Figure(
+        go.Heatmap(x=lb, y=la, z=z, colorscale="Blues", texttemplate="%{z}", hovertemplate="A %{y} → B %{x}: %{z}"),
+        layout=_layout("occupancy A → B (kernels)", xaxis_title="B", yaxis_title="A", xaxis_type="category"),
+    )
+    fig.update_yaxes(type="category")
+    figs["plot-occupancy"], marks["plot-occupancy"] = _fig(fig), sum(1 for zr in z for c in zr if c)
+    changes = data.spill_changes(r)
+    fig = go.Figure(layout=_layout("spill and scratch changes (B − A)", barmode="group"))
+    for label in ("VGPR spills", "SGPR spills", "scratch bytes"):
+        fig.add_trace(
+            go.Bar(y=[c["kernel"] for c in changes], x=[c[label] for c in changes], name=label, orientation="h")
+        )
+    fig.update_layout(height=max(360, 60 + 24 * len(changes)))
+    figs["plot-spills"], marks["plot-spills"] = _fig(fig), len(changes)
+    shifts = data.mix_shifts(r)
+    fig = go.Figure(
+        go.Bar(
+            x=list(shifts),
+            y=list(shifts.values()),
+            marker={"color": ["#d62728" if v > 0 else "#2ca02c" for v in shifts.values()]},
+        ),
+        layout=_layout("instruction-mix shift by group (sum of B − A over paired kernels)"),
+    )
+    figs["plot-mix"], marks["plot-mix"] = _fig(fig), len(shifts)
+    return figs, marks
+
+
+def _page(title: str, subtitle: str, plots: list[str], headers: list[str], payload: dict[str, Any]) -> str:
+    doc = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
+    statuses = sorted({r["status"] for r in payload["rows"] if r["status"]})
+    options = "".join(f'<option value="{html.escape(s)}">{html.escape(s)}</option>' for s in statuses)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    divs = "".join(f'<div id="{p}" class="plot"></div>' for p in plots)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="kdb report">
+<title>{html.escape(title)}</title><style>{STYLE}</style>
+<script>{get_plotlyjs()}</script></head>
+<body><h1>{html.escape(title)}</h1><p id="summary">{html.escape(subtitle)}</p>
+<div class="grid">{divs}</div>
+<h2>Kernels</h2><p><input id="filter" placeholder="filter by name, key or reason" size="40">
+<select id="status"><option value="">every status</option>{options}</select> <span id="count"></span>
+ — click a column to sort, a row (or a point) for its drill-down</p>
+<div id="tablebox"><table id="kernels"><thead><tr>{head}</tr></thead><tbody></tbody></table></div>
+<div id="drill"></div>
+<script type="application/json" id="kdb-data">{doc}</script>
+<script>{APP}</script></body></html>
+"""
+
+
+def diff_report(r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
+    """The page of a diff: plots, the ranked table with reasons, a drill-down per kernel."""
+    figs, marks = diff_figures(r)
+    payload = {
+        "kind": "diff",
+        "figures": figs,
+        "marks": marks,
+        "rows": data.diff_rows(r),
+        "drill": data.diff_drill(r, views, lines),
+        "fact_head": ["fact", "A", "B", "delta", ""],
+        "mix_head": ["group", "A", "B", "delta"],
+        "clickable": ["plot-vgpr"],
+        "summary": data.summary_counts(r),
+    }
+    title = f"kdb diff {r.a_label} → {r.b_label}"
+    subtitle = summary_line(r) + (f"; fired: {', '.join(r.fired)}" if r.fired else "")
+    return _page(title, subtitle, list(figs), HEADERS, payload)
+
+
+def snapshot_report(tag: str, kernels: list[dict[str, Any]], details: dict[str, dict[str, Any]]) -> str:
+    """The page of one snapshot: occupancy by limiter, the register distribution, the spilling kernels, the table
+    (details: cache key -> `lines` and `mix` rows of the catalog's kernel_detail)."""
+    lines = {key: d.get("lines", []) for key, d in details.items()}
+    mixes: dict[str, dict[str, int]] = {}
+    for key, d in details.items():
+        for m in d.get("mix", []):
+            mixes.setdefault(key, {})[m["grp"]] = mixes.get(key, {}).get(m["grp"], 0) + m["count"]
+    figs: dict[str, Any] = {}
+    marks: dict[str, int] = {}
+    by_limiter = data.occupancy_by_limiter(kernels)
+    labels = sorted(
+        {o for c in by_limiter.values() for o in c}, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0)
+    )
+    fig = go.Figure(
+        layout=_layout(
+            "occupancy by limiter (kernels)",
+            barmode="stack",
+            xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels, "title": "occupancy"},
+        )
+    )
+    for lim, counts in by_limiter.items():
+        fig.add_trace(go.Bar(x=list(counts), y=list(counts.values()), name=lim))
+    figs["plot-limiter"], marks["plot-limiter"] = _fig(fig), sum(len(c) for c in by_limiter.values())
+    regs = data.register_values(kernels)
+    fig = go.Figure(
+        go.Histogram(x=regs, nbinsx=32, marker={"color": "#1f77b4"}),
+        layout=_layout("VGPRs (NVIDIA: registers) per kernel", xaxis_title="registers", yaxis_title="kernels"),
+    )
+    figs["plot-registers"], marks["plot-registers"] = _fig(fig), len(regs)
+    spill = data.spilling(kernels)
+    fig = go.Figure(layout=_layout("spilling kernels", barmode="group"))
+    fig.add_trace(
+        go.Bar(y=[s["kernel"] for s in spill], x=[s["scratch"] for s in spill], name="scratch bytes", orientation="h")
+    )
+    fig.add_trace(
+        go.Bar(y=[s["kernel"] for s in spill], x=[s["spills"] for s in spill], name="spills", orientation="h")
+    )
+    fig.update_layout(height=max(360, 60 + 24 * len(spill)))
+    figs["plot-spilling"], marks["plot-spilling"] = _fig(fig), len(spill)
+    rows = data.snapshot_rows(kernels)
+    drill = {}
+    for r, k in zip(rows, kernels, strict=True):
+        facts = [[h, c, "", "", ""] for h, c in zip(data.SNAPSHOT_HEADERS, r["cells"], strict=True)]
+        drill[str(r["id"])] = {
+            "name": k["name"],
+            "a_key": k["cache_key"],
+            "b_key": None,
+            "status": "",
+            "reason": None,
+            "facts": facts,
+            "mix": [[g, c, "", ""] for g, c in sorted((mixes.get(k["cache_key"]) or {}).items())],
+            "metadata": None,
+            "isa": None,
+            "hot_a": data.hot_lines(lines.get(k["cache_key"], [])),
+            "hot_b": [],
+        }
+    payload = {
+        "kind": "snapshot",
+        "figures": figs,
+        "marks": marks,
+        "rows": rows,
+        "drill": drill,
+        "fact_head": ["fact", "value", "", "", ""],
+        "mix_head": ["group", "instructions", "", ""],
+        "clickable": [],
+    }
+    return _page(f"kdb snapshot {tag}", f"{len(kernels)} kernels", list(figs), data.SNAPSHOT_HEADERS, payload)

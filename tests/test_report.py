@@ -1,0 +1,182 @@
+"""`kdb report` in a real browser (Debian's Chromium, headless, driven by Playwright: nothing downloaded), and
+the pull-request markdown's size limit on any diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import PAIR, ROOT
+from helpers import kdb
+
+from kdb.diff.markdown import COMMENT_LIMIT, render_markdown
+from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = ROOT / "docs" / "report.png"
+
+
+def _browser_page(playwright):
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    return browser, page, problems, requests
+
+
+def _expected_marks(doc: dict) -> dict[str, int]:
+    """The marks every plot should draw, computed from the JSON document (not from the report's code)."""
+    paired = [k for k in doc["kernels"] if k["status"] in ("matched", "changed")]
+    vgpr = [
+        k for k in paired if k["metrics"]["vgpr_count"]["a"] is not None and k["metrics"]["vgpr_count"]["b"] is not None
+    ]
+    cells = {(k["metrics"]["occupancy"]["a"], k["metrics"]["occupancy"]["b"]) for k in paired}
+    spills = [
+        k
+        for k in paired
+        if any(k["metrics"][m]["delta"] for m in ("vgpr_spill_count", "sgpr_spill_count", "scratch_bytes"))
+    ]
+    groups: dict[str, int] = {}
+    for k in paired:
+        for g, x in k["mix_groups"].items():
+            groups[g] = groups.get(g, 0) + x["delta"]
+    return {
+        "plot-vgpr": len(vgpr),
+        "plot-occupancy": len(cells),
+        "plot-spills": len(spills),
+        "plot-mix": sum(1 for d in groups.values() if d),
+    }
+
+
+def _self_contained(text: str) -> None:
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text), "the page must not load anything"
+
+
+def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    a, b = PAIR
+    out = tmp_path / "report.html"
+    r = kdb(capsys, pair_home, "report", a, b, "--output", str(out))
+    assert r.code == 0, r.err
+    _self_contained(out.read_text())
+    doc = json.loads(kdb(capsys, pair_home, "diff", a, b, "--format", "json").out)
+    expected = _expected_marks(doc)
+    assert all(expected.values()), expected
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, requests = _browser_page(p)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 4")
+        # every plot draws its marks: scatter points and bars counted in the SVG, heatmap cells in its data
+        assert page.locator("#plot-vgpr .scatterlayer path.point").count() == expected["plot-vgpr"]
+        assert page.locator("#plot-spills .barlayer g.point").count() == 3 * expected["plot-spills"]
+        assert page.locator("#plot-mix .barlayer g.point").count() == expected["plot-mix"]
+        assert page.locator("#plot-occupancy .hm image").count() == 1
+        cells = page.evaluate("document.getElementById('plot-occupancy').data[0].z.flat().filter(v => v > 0).length")
+        assert cells == expected["plot-occupancy"]
+        # the ranked table lists every kernel that is not the same, with its reason
+        rows = page.locator("#kernels tbody tr")
+        not_same = sum(1 for k in doc["kernels"] if k["status"] != "matched")
+        assert rows.count() == not_same
+        # sorting: VGPRs (B's value) descending after two clicks
+        header = page.locator("#kernels th", has_text="VGPRs")
+        header.click()
+        header.click()
+        cells_text = page.locator("#kernels tbody tr td:nth-child(3)").all_inner_texts()
+        values = [int(c.split("→")[-1]) for c in cells_text if c]
+        assert values == sorted(values, reverse=True) and len(values) > 3
+        # filtering
+        page.fill("#filter", "matmul")
+        names = page.locator("#kernels tbody tr td:nth-child(2)").all_inner_texts()
+        assert names and all("matmul" in n for n in names)
+        page.fill("#filter", "")
+        page.select_option("#status", "regressed")
+        assert set(page.locator("#kernels tbody tr td:nth-child(1)").all_inner_texts()) == {"regressed"}
+        page.select_option("#status", "")
+        # drill-down: the worst kernel, with facts side by side, mix, ISA hunks and hot lines
+        header = page.locator("#kernels th", has_text="status")
+        header.click()
+        page.locator("#kernels tbody tr").first.click()
+        drill = page.locator("#drill")
+        assert drill.is_visible()
+        text = drill.inner_text()
+        assert "facts" in text and "instruction mix by group" in text and "hot source lines" in text
+        assert "@@" in page.locator("#isa").inner_text()
+        page.locator("#plot-vgpr").scroll_into_view_if_needed()
+        page.evaluate("window.scrollTo(0, 0)")
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot))
+        browser.close()
+    assert problems == [], problems
+    assert all(u.startswith("file://") or u.startswith("data:") for u in requests), requests
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("KDB_UPDATE_SCREENSHOT"):  # the picture README shows
+        shutil.copyfile(shot, SCREENSHOT)
+
+
+def test_snapshot_report_in_a_browser(pair_home, capsys, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    tag = PAIR[1]
+    out = tmp_path / "snapshot.html"
+    assert kdb(capsys, pair_home, "report", tag, "-o", str(out)).code == 0
+    _self_contained(out.read_text())
+    kernels = kdb(capsys, pair_home, "sql", f"SELECT * FROM kernels WHERE tag = '{tag}'", "--format", "json").json()
+    limiters: dict[str, set] = {}
+    for k in kernels:
+        limiters.setdefault(k["occupancy_limiter"] or "unknown", set()).add(k["occupancy"])
+    spilling = [
+        k for k in kernels if (k["scratch_bytes"] or 0) or (k["vgpr_spill_count"] or 0) or (k["sgpr_spill_count"] or 0)
+    ]
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 3")
+        assert page.locator("#plot-limiter .barlayer g.point").count() == sum(len(v) for v in limiters.values())
+        assert page.evaluate("document.getElementById('plot-registers').data[0].x.length") == len(kernels)
+        assert page.locator("#plot-registers .barlayer g.point").count() > 0
+        assert page.locator("#plot-spilling .barlayer g.point").count() == 2 * len(spilling)
+        assert page.locator("#kernels tbody tr").count() == len(kernels)
+        page.locator("#kernels tbody tr").first.click()
+        assert "facts" in page.locator("#drill").inner_text()
+        browser.close()
+    assert problems == [], problems
+
+
+# -- markdown for a pull-request comment ------------------------------------------------------------------
+def _facts(key: str, name: str, **values) -> KernelFacts:
+    return KernelFacts(key, name, "hip", "hip:gfx942:64", None, values)
+
+
+def test_markdown_of_a_huge_diff_fits_a_comment_and_lists_fired_kernels():
+    """20,000 changed kernels with long names and reasons, every one firing a rule: still one comment."""
+    kernels = []
+    for i in range(20_000):
+        name = f"triton_per_fused__native_batch_norm_legit_functional_{'x' * 200}_{i}"
+        kernels.append(
+            KernelDiff(
+                Status.REGRESSED,
+                name,
+                a=_facts(f"A{i:050d}", name, vgpr_spill_count=0),
+                b=_facts(f"B{i:050d}", name, vgpr_spill_count=i + 1),
+                reason="VGPR spills 0→1, " * 40,
+                fired_rules=("new-spills",),
+                severity=1.0,
+            )
+        )
+    result = DiffResult(
+        "a", "b", False, tuple(kernels), (Rule("new-spills", "new-spills"),), ("new-spills",), 20_000, 20_000, (), ()
+    )
+    md = render_markdown(result)
+    assert len(md) <= COMMENT_LIMIT
+    assert "**fired `new-spills`** on 20000 kernels" in md
+    fired = md.split("**fired `new-spills`**")[1].split("####")[0]
+    assert fired.count("\n- `triton_per_fused") == 30 and "`A00000`" in fired and "… and 19970 more" in fired
+    assert "<details>" in md and "more changed kernels not listed" in md
