@@ -17,7 +17,7 @@ from kdb.errors import ExitCode, KdbError, TagError, UsageError
 from kdb.render import listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
-from kdb.store.home import Home, resolve_home
+from kdb.store.home import Home, resolve_home, resolve_shared
 
 app = typer.Typer(
     add_completion=False,
@@ -62,11 +62,24 @@ def _global(
     wait: Annotated[
         float, typer.Option("--wait", help="seconds to wait for another kdb process holding the catalog")
     ] = 600.0,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            "--catalog",
+            help="shared catalog, e.g. 'ducklake:postgres:dbname=kdb host=HOST user=USER' (default: $KDB_CATALOG; "
+            "without it, the local home)",
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="shared store path for blobs and Parquet files (default: $KDB_STORE)"),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
     ] = False,
 ) -> None:
-    state.home = Home(resolve_home(home))
+    shared = resolve_shared(catalog, store)
+    state.home = Home.shared(*shared) if shared else Home(resolve_home(home))
     state.wait = wait
 
 
@@ -322,7 +335,7 @@ def shell() -> None:
 
 
 def _reader() -> Catalog:
-    return Catalog.open(state.home.catalog_path, read_only=True, wait_s=state.wait)
+    return Catalog.open(state.home.catalog, read_only=True, wait_s=state.wait)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -418,8 +431,8 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     """(catalog, blob store, tag, label) of a `kdb diff` argument: a tag of the home, else a cache directory
     ingested into a temporary home (deleted afterwards). The catalog is opened once and held open."""
     home = state.home
-    if home.catalog_path.exists():
-        with Catalog.open(home.catalog_path, read_only=True, wait_s=state.wait) as catalog:
+    if home.has_catalog():
+        with Catalog.open(home.catalog, read_only=True, wait_s=state.wait) as catalog:
             if catalog.snapshot_id(ref) is not None:
                 yield catalog, home.store, ref, ref
                 return
