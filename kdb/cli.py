@@ -259,12 +259,19 @@ def gc(
             "--compact", help="copy the catalog without its free space even when less than a quarter of it is free"
         ),
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="shared home: keep unreferenced blobs written or reused this many seconds ago (an ingest may still commit them)",
+        ),
+    ] = 3600.0,
 ) -> None:
     """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
     from kdb.store.maintenance import collect_garbage
 
     fmt = _fmt(fmt, ("table", "json"))
-    result = collect_garbage(state.home, state.wait, compact=compact)
+    result = collect_garbage(state.home, state.wait, compact=compact, grace_s=grace)
     if fmt == "json":
         _out(tables.to_json(result.__dict__))
     else:
@@ -322,8 +329,21 @@ def sql(
 
 
 @app.command()
-def shell() -> None:
+def shell(
+    print_sql: Annotated[
+        bool, typer.Option("--print", help="shared home: print the statements that attach the catalog, and exit")
+    ] = False,
+) -> None:
     """Open the catalog in the DuckDB shell (`duckdb` on PATH), or print how to."""
+    if state.home.location is not None:
+        from kdb.store.catalog.lake import shell_sql
+
+        init = shell_sql(state.home.location.url, state.home.location.data_path)
+        exe = shutil.which("duckdb")
+        if print_sql or exe is None:
+            _out(init)
+            return
+        os.execv(exe, [exe, "-cmd", init.replace("\n", " ")])
     path = state.home.catalog_path
     if not path.exists():
         raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")

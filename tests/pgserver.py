@@ -11,6 +11,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +37,9 @@ def _free_port() -> int:
 
 
 class PgServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self) -> None:
+        # Its own directory in the system's temp dir (pytest's is private to root; the server runs as postgres).
+        root = Path(tempfile.mkdtemp(prefix="kdb-pg-"))
         bindir = find_bin_dir()
         if bindir is None:
             raise RuntimeError("PostgreSQL binaries (initdb, pg_ctl, postgres) not found")
@@ -81,6 +84,7 @@ class PgServer:
     def stop(self) -> None:
         with contextlib.suppress(RuntimeError):
             self._run(self.bin / "pg_ctl", "-D", self.data, "-m", "immediate", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def new_database(self) -> str:
         if self._next >= DATABASES:

@@ -35,6 +35,7 @@ LAKE_ALIAS = "kdb"
 COMMITS_DDL = "CREATE TABLE IF NOT EXISTS kdb_commits (commits BIGINT NOT NULL)"
 CLAIM_SQL = "UPDATE kdb_commits SET commits = commits + 1"
 MAX_ATTEMPTS = 200
+INIT_ATTEMPTS = 20
 BACKOFF_S = (0.05, 1.0)
 
 T = TypeVar("T")
@@ -104,6 +105,12 @@ def attach_sql(url: str, data_path: Path, *, read_only: bool, alias: str = LAKE_
     return f"ATTACH '{_quote(url)}' AS {alias} ({', '.join(options)})"
 
 
+def shell_sql(url: str, data_path: Path) -> str:
+    """Statements that attach the shared catalog, read-only, in a DuckDB shell of the same version."""
+    loads = "".join(f"LOAD '{_quote(str(p))}';\n" for p in extension_files())
+    return f"{loads}{attach_sql(url, data_path, read_only=True)};\nUSE {LAKE_ALIAS};\n"
+
+
 def connect_lake(url: str, data_path: Path, *, read_only: bool) -> duckdb.DuckDBPyConnection:
     if not url.startswith("ducklake:"):
         raise UsageError(f"--catalog {url!r}: expected a DuckLake URL such as 'ducklake:postgres:dbname=kdb host=…'")
@@ -112,7 +119,16 @@ def connect_lake(url: str, data_path: Path, *, read_only: bool) -> duckdb.DuckDB
         load_extensions(con)
         if not read_only:
             data_path.mkdir(parents=True, exist_ok=True)
-        con.execute(attach_sql(url, data_path, read_only=read_only))
+        for attempt in range(INIT_ATTEMPTS):
+            try:
+                con.execute(attach_sql(url, data_path, read_only=read_only))
+                break
+            except duckdb.Error as exc:
+                # The first writers to reach an empty database race to create DuckLake's metadata tables;
+                # the losers' transactions roll back and they find the winner's tables on the next try.
+                if "initialize DuckLake" not in str(exc) or attempt == INIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(random.uniform(0.1, 0.5))
         con.execute(f"USE {LAKE_ALIAS}")
     except duckdb.Error as exc:
         con.close()
