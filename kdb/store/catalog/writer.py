@@ -220,6 +220,10 @@ class SnapshotWriter(CatalogConnection):
         self.con.execute(f"DELETE FROM blobs WHERE {unused}")
         return n
 
+
+class CatalogUpkeep(CatalogConnection):
+    """Space: DuckDB's free blocks (local catalog) and DuckLake's small and expired files (shared catalog)."""
+
     def compact_lake(self, grace_s: float) -> None:
         """Shared catalog: merge the small Parquet files many ingests leave, and delete the files of
         DuckLake snapshots older than the grace period (readers older than that are not expected)."""
