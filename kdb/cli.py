@@ -17,7 +17,7 @@ from kdb.errors import ExitCode, KdbError, TagError, UsageError
 from kdb.render import examples, listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
-from kdb.store.home import Home, resolve_home
+from kdb.store.home import Home, resolve_home, resolve_shared
 from kdb.terminal import click_error, is_click_error, page_text, terminal_width, use_color
 
 app = typer.Typer(
@@ -88,11 +88,24 @@ def _global(
         float,
         typer.Option("--wait", metavar="SECONDS", help="seconds to wait for another kdb process holding the catalog"),
     ] = 600.0,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            "--catalog",
+            help="shared catalog, e.g. 'ducklake:postgres:dbname=kdb host=HOST user=USER' (default: $KDB_CATALOG; "
+            "without it, the local home)",
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option("--store", help="shared store path for blobs and Parquet files (default: $KDB_STORE)"),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
     ] = False,
 ) -> None:
-    state.home = Home(resolve_home(home))
+    shared = resolve_shared(catalog, store)
+    state.home = Home.shared(*shared) if shared else Home(resolve_home(home))
     state.wait = wait
 
 
@@ -194,7 +207,7 @@ def _stderr_console():
 def tags(fmt: FormatOpt = "table") -> None:
     """List snapshots with counts, sizes, Triton versions and targets."""
     fmt = _fmt(fmt)
-    if not state.home.catalog_path.exists():
+    if not state.home.has_catalog():
         _out(listings.render_tags([], fmt))
         return
     with _reader() as catalog:
@@ -220,7 +233,7 @@ def show(
     if tag is None:
         tags(fmt)
         return
-    if not state.home.catalog_path.exists():
+    if not state.home.has_catalog():
         raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
     with _reader() as catalog:
         if kernel is not None:
@@ -282,12 +295,19 @@ def gc(
             "--compact", help="copy the catalog without its free space even when less than a quarter of it is free"
         ),
     ] = False,
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            help="shared home: keep unreferenced blobs written or reused this many seconds ago (an ingest may still commit them)",
+        ),
+    ] = 3600.0,
 ) -> None:
     """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
     from kdb.store.maintenance import collect_garbage
 
     fmt = _fmt(fmt, ("table", "json"))
-    result = collect_garbage(state.home, state.wait, compact=compact)
+    result = collect_garbage(state.home, state.wait, compact=compact, grace_s=grace)
     if fmt == "json":
         _out(tables.to_json(result.__dict__))
     else:
@@ -353,7 +373,8 @@ def sql(
     40 rows, with a note of what was left out, like the DuckDB shell.
     """
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
-    with Catalog.open_or_empty(state.home.catalog_path, wait_s=state.wait) as catalog:
+    opener = _reader() if state.home.is_shared else Catalog.open_or_empty(state.home.catalog_path, wait_s=state.wait)
+    with opener as catalog:
         columns, rows = catalog.query(query)
     if fmt != "table":
         _out(tables.render_rows(columns, rows, fmt))
@@ -364,8 +385,21 @@ def sql(
 
 
 @app.command()
-def shell() -> None:
+def shell(
+    print_sql: Annotated[
+        bool, typer.Option("--print", help="shared home: print the statements that attach the catalog, and exit")
+    ] = False,
+) -> None:
     """Open the catalog in the DuckDB shell (`duckdb` on PATH), or print how to."""
+    if state.home.location is not None:
+        from kdb.store.catalog.lake import shell_sql
+
+        init = shell_sql(state.home.location.url, state.home.location.data_path)
+        exe = shutil.which("duckdb")
+        if print_sql or exe is None:
+            _out(init)
+            return
+        os.execv(exe, [exe, "-cmd", init.replace("\n", " ")])
     path = state.home.catalog_path
     if not path.exists():
         raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
@@ -377,7 +411,7 @@ def shell() -> None:
 
 
 def _reader() -> Catalog:
-    return Catalog.open(state.home.catalog_path, read_only=True, wait_s=state.wait)
+    return Catalog.open(state.home.catalog, read_only=True, wait_s=state.wait)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -555,8 +589,8 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     """(catalog, blob store, tag, label) of a `kdb diff` argument: a tag of the home, else a cache directory
     ingested into a temporary home (deleted afterwards). The catalog is opened once and held open."""
     home = state.home
-    if home.catalog_path.exists():
-        with Catalog.open(home.catalog_path, read_only=True, wait_s=state.wait) as catalog:
+    if home.has_catalog():
+        with Catalog.open(home.catalog, read_only=True, wait_s=state.wait) as catalog:
             if catalog.snapshot_id(ref) is not None:
                 yield catalog, home.store, ref, ref
                 return

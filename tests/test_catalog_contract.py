@@ -67,7 +67,7 @@ def test_upgrade_from_first_migration_keeps_data(tmp_path):
     first = schema_files()[0]
     # a catalog as the first release of kdb left it: only migration 001 applied
     con = duckdb.connect()
-    con.execute("ATTACH ? AS old (STORAGE_VERSION 'v1.5.0')", [str(path)])
+    con.execute(f"ATTACH '{path}' AS old (STORAGE_VERSION 'v1.5.0')")
     con.execute("USE old")
     con.execute(
         "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "

@@ -12,7 +12,6 @@ from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog, Table
 from kdb.store.home import Home
-from kdb.store.lock import write_lock
 from kdb.store.staging import Staging
 
 # Tables `kdb reindex` rebuilds for every kernel folder it analyses.
@@ -30,7 +29,7 @@ def reindex(
     the catalog in one transaction."""
     store = home.store
     done: dict[str, int] = {}
-    with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+    with home.writer(lock_wait_s), Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
         tags = tags or [s["tag"] for s in catalog.list_snapshots()]
         digests: dict[str, str] = {}  # folder digest -> cache key, each analysed once
         for tag in tags:

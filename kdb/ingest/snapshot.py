@@ -22,8 +22,7 @@ from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
 from kdb.ingest.worker import groups_of, run_groups
 from kdb.store.catalog import Catalog, Table
-from kdb.store.home import Home
-from kdb.store.lock import write_lock
+from kdb.store.home import CollectedMeanwhile, Home
 from kdb.store.staging import Staging
 
 # Real Triton artifacts are at most a few MB; a file this large is not one of them.
@@ -84,9 +83,56 @@ def ingest(
             f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
         )
     workers = workers or os.cpu_count() or 1
+    for attempt in range(3):
+        try:
+            recorded, problem_list, totals = _ingest_once(
+                home,
+                source,
+                tag,
+                labels,
+                replace,
+                walk,
+                groups,
+                workers,
+                max_file_bytes,
+                progress,
+                lock_wait_s,
+                options,
+            )
+            break
+        except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
+            if attempt == 2:
+                raise
+    return IngestSummary(
+        tag=tag,
+        source=str(source),
+        kernels=recorded["kernel_count"],
+        files=totals["file_count"],
+        raw_bytes=totals["raw_bytes"],
+        new_bytes=totals["new_bytes"],
+        stored_bytes=recorded["stored_bytes"],
+        problems=len(problem_list),
+        seconds=time.monotonic() - started,
+        problem_list=problem_list,
+    )
 
-    with write_lock(home.lock_path, lock_wait_s):
-        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+
+def _ingest_once(
+    home: Home,
+    source: Path,
+    tag: str,
+    labels: dict[str, str] | None,
+    replace: bool,
+    walk: Walk,
+    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    workers: int,
+    max_file_bytes: int,
+    progress: Callable[[int, int, int, int], None] | None,
+    lock_wait_s: float,
+    options: AnalysisOptions,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int]]:
+    with home.writer(lock_wait_s):
+        with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
             known = catalog.known_folders([key for key, _, _ in groups if key is not None])
@@ -106,24 +152,18 @@ def ingest(
                 "labels": labels or {},
                 **totals,
             }
-            with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
-                catalog.write_snapshot(snapshot, staging.path, replace=replace)
+            with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
+                catalog.write_snapshot(
+                    snapshot,
+                    staging.path,
+                    replace=replace,
+                    ensure_blobs=home.store.refresh if home.is_shared else None,
+                )
                 recorded = catalog.get_snapshot(tag)
                 problem_list = catalog.snapshot_problems(tag)
         finally:
             staging.remove()
-    return IngestSummary(
-        tag=tag,
-        source=str(source),
-        kernels=recorded["kernel_count"],
-        files=totals["file_count"],
-        raw_bytes=totals["raw_bytes"],
-        new_bytes=totals["new_bytes"],
-        stored_bytes=recorded["stored_bytes"],
-        problems=len(problem_list),
-        seconds=time.monotonic() - started,
-        problem_list=problem_list,
-    )
+    return recorded, problem_list, totals
 
 
 def _store_and_stage(

@@ -23,6 +23,7 @@ from pathlib import Path
 import zstandard
 
 from kdb.errors import IntegrityError
+from kdb.store.home import CollectedMeanwhile
 
 HASH_NAME = "sha256"
 HASH_HEX_LEN = 64
@@ -82,7 +83,7 @@ class BlobStore:
     def put_bytes(self, data: bytes, digest: str | None = None) -> PutResult:
         digest = digest or hash_bytes(data)
         final = self.path_for(digest)
-        if final.exists():
+        if self._reuse(final):
             return PutResult(digest, len(data), final.stat().st_size, new=False)
         compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True, write_content_size=True)
         payload = compressor.compress(data)
@@ -97,7 +98,7 @@ class BlobStore:
                 digest_obj.update(chunk)
         digest = digest_obj.hexdigest()
         final = self.path_for(digest)
-        if final.exists():
+        if self._reuse(final):
             return PutResult(digest, size, final.stat().st_size, new=False)
 
         def write(out) -> None:
@@ -113,6 +114,27 @@ class BlobStore:
             self.path_for(digest).unlink(missing_ok=True)
             raise IntegrityError(f"{path.name} changed while it was being stored")
         return PutResult(digest, size, final.stat().st_size, new=new)
+
+    @staticmethod
+    def _reuse(final: Path) -> bool:
+        """True when the blob is stored already; its mtime is refreshed, which keeps a shared home's gc
+        (kdb/store/maintenance.py: grace period) from deleting it before the ingest that reuses it commits."""
+        try:
+            os.utime(final)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return final.exists()  # a store this process may not write to: reuse without touching
+
+    def refresh(self, digests: list[str]) -> None:
+        """Touch these blobs, which a commit is about to name for the first time (shared home); raise
+        CollectedMeanwhile when one is gone (a concurrent gc deleted it: the ingest is run again)."""
+        for digest in digests:
+            try:
+                os.utime(self.path_for(digest))
+            except FileNotFoundError:
+                raise CollectedMeanwhile(f"blob {digest} was deleted by a concurrent gc before the commit") from None
 
     def _install(self, final: Path, write) -> bool:
         final.parent.mkdir(parents=True, exist_ok=True)

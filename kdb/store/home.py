@@ -1,13 +1,21 @@
-"""Where kdb keeps its data: --home, else $KDB_HOME, else the platform's user data directory."""
+"""Where kdb keeps its data: --home, else $KDB_HOME, else the platform's user data directory; or a
+shared home (--catalog/$KDB_CATALOG, a DuckLake on PostgreSQL, with --store/$KDB_STORE, a shared path)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import platformdirs
+
+from kdb.errors import KdbError, UsageError
 
 if TYPE_CHECKING:
     from kdb.store.blobs import BlobStore
@@ -15,6 +23,20 @@ if TYPE_CHECKING:
 CATALOG_NAME = "catalog.duckdb"
 OBJECTS_DIR = "objects"
 LOCK_NAME = "write.lock"
+LAKE_DIR = "lake"  # a shared store's Parquet files (the DuckLake's DATA_PATH), beside objects/
+
+
+class CollectedMeanwhile(KdbError):
+    """Shared home: blobs or folders an ingest relied on were garbage-collected by a concurrent `kdb gc`
+    before it committed; nothing was recorded and the ingest is run again."""
+
+
+@dataclass(frozen=True)
+class SharedLocation:
+    """A shared catalog: a DuckLake URL (`ducklake:postgres:dbname=… host=…`) and its data path."""
+
+    url: str
+    data_path: Path
 
 
 def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
@@ -26,19 +48,69 @@ def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
     return Path(platformdirs.user_data_dir("kdb", appauthor=False))
 
 
-class Home:
-    """A kdb home directory: `catalog.duckdb`, the blob store under `objects/`, and the writer lock."""
+def resolve_shared(catalog: str | None, store: str | os.PathLike[str] | None) -> tuple[str, Path] | None:
+    """(catalog URL, store path) of a shared home from the options, else $KDB_CATALOG/$KDB_STORE; None
+    when neither is set (the local home)."""
+    url = catalog or os.environ.get("KDB_CATALOG") or None
+    where = store or os.environ.get("KDB_STORE") or None
+    if url is None and where is None:
+        return None
+    if url is None or where is None:
+        raise UsageError("a shared home needs both --catalog (or KDB_CATALOG) and --store (or KDB_STORE)")
+    return url, Path(where).expanduser()
 
-    def __init__(self, root: Path) -> None:
+
+class Home:
+    """A kdb home directory: `catalog.duckdb`, the blob store under `objects/`, and the writer lock.
+
+    A shared home (`Home.shared(url, store)`) keeps blobs under `STORE/objects/`, the catalog's Parquet
+    files under `STORE/lake/` and its metadata in PostgreSQL; it has no lock (writers are serialised by
+    the catalog, see kdb/store/catalog/lake.py) and its scratch files are local to each process."""
+
+    def __init__(self, root: Path, shared: SharedLocation | None = None) -> None:
         self.root = root
+        self.location = shared
+
+    @classmethod
+    def shared(cls, url: str, store: Path) -> Home:
+        return cls(store, SharedLocation(url, store / LAKE_DIR))
+
+    @property
+    def is_shared(self) -> bool:
+        return self.location is not None
+
+    @property
+    def catalog(self) -> Path | SharedLocation:
+        """What Catalog.open takes: the catalog file, or the shared catalog's location."""
+        return self.location or self.catalog_path
+
+    def has_catalog(self) -> bool:
+        return self.location is not None or self.catalog_path.exists()
+
+    def describe(self) -> str:
+        return self.location.url if self.location else str(self.catalog_path)
+
+    @contextmanager
+    def writer(self, wait_s: float) -> Iterator[None]:
+        """The local home's one-writer lock; nothing on a shared home (no lock across hosts)."""
+        if self.location is not None:
+            yield
+            return
+        from kdb.store.lock import write_lock
+
+        with write_lock(self.lock_path, wait_s):
+            yield
 
     @property
     def catalog_path(self) -> Path:
         return self.root / CATALOG_NAME
 
-    @property
+    @cached_property
     def staging_path(self) -> Path:
-        """Scratch database of the running ingest (one at a time: ingest holds the write lock)."""
+        """Scratch database of the running ingest (one at a time: ingest holds the write lock). On a
+        shared home, one per process in the local temporary directory."""
+        if self.location is not None:
+            return Path(tempfile.gettempdir()) / f"kdb-staging-{os.getpid()}-{uuid.uuid4().hex[:8]}.duckdb"
         return self.root / "tmp" / "ingest-staging.duckdb"
 
     @property
@@ -49,7 +121,10 @@ class Home:
 
     def scratch_files(self) -> list[Path]:
         """Files a running ingest or gc writes beside the catalog and removes when done; any of them
-        present while no writer runs was left by a killed one (`kdb gc` deletes them)."""
+        present while no writer runs was left by a killed one (`kdb gc` deletes them). A shared home has
+        none (each ingest's staging file is local to its machine)."""
+        if self.location is not None:
+            return []
         return [p for base in (self.staging_path, self.compact_path) for p in (base, Path(str(base) + ".wal"))]
 
     @property

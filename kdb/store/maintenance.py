@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -11,11 +12,10 @@ from kdb.errors import IntegrityError, UsageError
 from kdb.store.blobs import TEMP_PREFIX, check_orphan, is_blob_name
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
-from kdb.store.lock import write_lock
 
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
-    with write_lock(home.lock_path, lock_wait_s), Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+    with home.writer(lock_wait_s), Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
         catalog.delete_snapshot(tag)
 
 
@@ -23,6 +23,8 @@ def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
 # catalog as free blocks. Copying it is cheap (seconds at 10k kernels) but not free, so gc copies only
 # when at least this share of the file is free, or when asked to (`kdb gc --compact`).
 COMPACT_FREE_SHARE = 0.25
+# On a shared home, gc leaves alone every blob written or touched this recently (see _collect_shared).
+DEFAULT_GRACE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,17 @@ class GcResult:
     catalog_bytes_after: int = 0
 
 
-def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) -> GcResult:
+def collect_garbage(
+    home: Home, lock_wait_s: float, *, compact: bool = False, grace_s: float = DEFAULT_GRACE_S
+) -> GcResult:
     """Delete blobs no snapshot references: catalog rows first, then files, so the catalog never names a missing blob.
 
     Then compact the catalog (see COMPACT_FREE_SHARE): a full copy is written beside it and renamed over
     it, so a kill leaves either the old file or the copy, each complete; readers that opened the old
     file keep reading it (its content equals the copy's)."""
-    with write_lock(home.lock_path, lock_wait_s):
+    if home.is_shared:
+        return _collect_shared(home, lock_wait_s, grace_s)
+    with home.writer(lock_wait_s):
         catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.drop_unreferenced()
@@ -68,6 +74,37 @@ def collect_garbage(home: Home, lock_wait_s: float, *, compact: bool = False) ->
                 freed += store.remove(path)
                 temps += 1
         return GcResult(deleted, freed, temps, compacted, catalog_before, catalog_after)
+
+
+def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
+    """gc on a shared home, safe while other machines ingest (no lock is taken).
+
+    A blob file is deleted only when no catalog row names it and nobody has written or touched it for
+    `grace_s` seconds: every ingest touches each blob it stores or reuses, and again (inside its
+    serialised commit, failing and retrying if one vanished) each blob the catalog does not know yet.
+    So an ingest whose store phase takes less than the grace period never references a deleted blob,
+    whether it ran before, during or after this gc. Catalog rows go first, in one serialised
+    transaction; then the old Parquet files DuckLake no longer needs (also after the grace period)."""
+    with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
+        catalog.drop_unreferenced()
+        keep = catalog.all_blob_hashes()
+        catalog.compact_lake(grace_s)
+    cutoff = time.time() - grace_s
+    store = home.store
+    deleted = freed = temps = 0
+    for name, path in store.iter_blobs():
+        try:
+            if path.stat().st_mtime > cutoff:
+                continue  # written or touched by an ingest that may not have committed yet
+        except FileNotFoundError:
+            continue
+        if path.name.startswith(TEMP_PREFIX):
+            freed += store.remove(path)
+            temps += 1
+        elif name not in keep:
+            freed += store.remove(path)
+            deleted += 1
+    return GcResult(deleted, freed, temps)
 
 
 def _replace_catalog(home: Home) -> bool:
@@ -102,7 +139,7 @@ class VerifyReport:
 def verify(home: Home, lock_wait_s: float) -> VerifyReport:
     """Re-hash every blob in the store and check that every catalog reference resolves to an intact blob."""
     report = VerifyReport()
-    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+    with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
         refs = catalog.referenced_blobs()
         report.problems.extend(catalog.dangling_rows())
     store = home.store
@@ -160,7 +197,7 @@ class ExportResult:
 
 
 def export_snapshot(home: Home, tag: str, dest: Path, lock_wait_s: float) -> ExportResult:
-    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+    with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
         rows = catalog.snapshot_files(tag)
     if dest.is_symlink():
         raise UsageError(f"{dest}: destination is a symbolic link")
@@ -195,7 +232,7 @@ def _make_parents(root: Path, directory: Path) -> None:
 
 
 def read_file(home: Home, tag: str, path: str, lock_wait_s: float) -> bytes:
-    with Catalog.open(home.catalog_path, read_only=True, wait_s=lock_wait_s) as catalog:
+    with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
         row = catalog.snapshot_file(tag, path)
     if row is None:
         raise UsageError(f"no file {path!r} in snapshot {tag!r}")

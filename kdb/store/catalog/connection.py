@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import duckdb
 
 from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
+from kdb.store.catalog import lake
+from kdb.store.home import SharedLocation
 
 # Users open the catalog with the DuckDB shell they have (duckdb-cli 1.5.x on PyPI today); a newer
 # library must not upgrade the file's storage format past what that shell reads.
@@ -24,6 +26,7 @@ STORAGE_VERSION = "v1.5.0"
 # DuckDB allows; readable by the 1.5 shell) cut that floor to a few hundred KB.
 BLOCK_SIZE = 16384
 BUSY_POLL_S = 0.2
+T = TypeVar("T")
 WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
 
 MIGRATIONS_TABLE_DDL = """
@@ -33,6 +36,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP)
 )
 """
+
+
+def literal(text: str) -> str:
+    """A SQL string literal, for the few statements that take no parameters (ATTACH in DuckDB 1.5)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def schema_files() -> list[tuple[int, str, str]]:
@@ -87,14 +95,19 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
 class CatalogConnection:
     """One DuckDB connection to the catalog; the query classes of this package build on it."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> None:
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, path: Path | str, read_only: bool, *, shared: bool = False
+    ) -> None:
         self.con = con
         self.path = path
         self.read_only = read_only
+        self.shared = shared  # a DuckLake catalog (kdb/store/catalog/lake.py): many writers, no lock
 
     @classmethod
-    def open(cls, path: Path, *, read_only: bool = False, wait_s: float = 10.0) -> Self:
+    def open(cls, path: Path | SharedLocation, *, read_only: bool = False, wait_s: float = 10.0) -> Self:
         """Open (creating and migrating when writable) the catalog, retrying while another process holds it."""
+        if isinstance(path, SharedLocation):
+            return cls._open_shared(path, read_only)
         if not path.exists():
             if read_only:
                 raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
@@ -135,13 +148,38 @@ class CatalogConnection:
                 yield catalog
 
     @classmethod
+    def _open_shared(cls, where: SharedLocation, read_only: bool) -> Self:
+        con = lake.connect_lake(where.url, where.data_path, read_only=read_only)
+        catalog = cls(con, where.url, read_only, shared=True)
+        try:
+            if read_only:
+                catalog._check_migrated()
+            else:
+                lake.run_serialised(con, catalog._migrate_shared, claim=False)
+        except BaseException:
+            con.close()
+            raise
+        return catalog
+
+    def _migrate_shared(self) -> list[str]:
+        """Create (first writer) or upgrade the shared catalog in one transaction; concurrent first
+        writers conflict on CREATE TABLE and the losers retry, finding the tables made."""
+        self.con.execute(lake.lake_sql(MIGRATIONS_TABLE_DDL))
+        self.con.execute(lake.COMMITS_DDL)
+        if self._one("SELECT count(*) FROM kdb_commits")[0] == 0:
+            self.con.execute("INSERT INTO kdb_commits VALUES (0)")
+        return self._apply_migrations()
+
+    @classmethod
     def _create(cls, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".creating")
         tmp.unlink(missing_ok=True)
         con = duckdb.connect()
         try:
-            con.execute("ATTACH ? AS fresh (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(tmp), STORAGE_VERSION, BLOCK_SIZE])
+            con.execute(
+                f"ATTACH {literal(str(tmp))} AS fresh (STORAGE_VERSION '{STORAGE_VERSION}', BLOCK_SIZE {BLOCK_SIZE})"
+            )
             con.execute("DETACH fresh")
         finally:
             con.close()
@@ -169,15 +207,29 @@ class CatalogConnection:
         return self.con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
 
     def migrate(self) -> list[str]:
+        if self.shared:
+            return lake.run_serialised(self.con, self._migrate_shared, claim=False)
         self.con.execute(MIGRATIONS_TABLE_DDL)
+        applied: list[str] = []
+        while True:  # locally, one transaction per schema file
+            with self.transaction():
+                step = self._apply_migrations(limit=1)
+            if not step:
+                return applied
+            applied += step
+
+    def _apply_migrations(self, limit: int | None = None) -> list[str]:
+        """The schema files not applied yet, in order, within the caller's transaction (a DuckLake
+        catalog takes them without PRIMARY KEY / UNIQUE: see lake.lake_sql)."""
         done = {v for v, _ in self.applied_migrations()}
-        applied = []
+        applied: list[str] = []
         for version, name, sql in schema_files():
             if version in done:
                 continue
-            with self.transaction():
-                self.con.execute(sql)
-                self.con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+            if limit is not None and len(applied) >= limit:
+                break
+            self.con.execute(lake.lake_sql(sql) if self.shared else sql)
+            self.con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
             applied.append(name)
         return applied
 
@@ -191,6 +243,15 @@ class CatalogConnection:
             raise UsageError(
                 f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it"
             )
+
+    def write(self, body: Callable[[], T]) -> T:
+        """Run a writing body in one transaction. On a shared catalog the transaction first claims the
+        commit row (serialising writers across hosts) and is run again from the start when another writer
+        committed first, so body must only read and write the catalog."""
+        if self.shared:
+            return lake.run_serialised(self.con, body)
+        with self.transaction():
+            return body()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

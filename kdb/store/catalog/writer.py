@@ -2,85 +2,129 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kdb.errors import KdbError, TagError
-from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection
+from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection, literal
+from kdb.store.home import CollectedMeanwhile
 
 
 class SnapshotWriter(CatalogConnection):
-    def write_snapshot(self, snapshot: dict[str, Any], staging: Path, *, replace: bool) -> int:
+    def write_snapshot(
+        self,
+        snapshot: dict[str, Any],
+        staging: Path,
+        *,
+        replace: bool,
+        ensure_blobs: Callable[[list[str]], None] | None = None,
+    ) -> int:
         """Record a whole snapshot, staged by the ingest in `staging`, in one transaction: it appears
         completely or not at all.
 
         Tables with a snapshot_id column get the new id; blobs add only hashes the catalog lacks;
         folder-keyed rows arrive only for folders the catalog lacked. Counts and sizes are then
-        computed from what was recorded."""
+        computed from what was recorded.
+
+        On a shared catalog the transaction is serialised with every other writer's and may run more than
+        once; folders another writer recorded meanwhile are not recorded twice, and `ensure_blobs` is
+        called (inside the transaction) with the hashes the catalog does not know yet, so that the store
+        can confirm (and refresh, against a concurrent gc) the blobs before they are first named."""
         # Without a limit DuckDB keeps every page the transaction writes cached (up to 80% of RAM): at
         # 10k kernels that made the commit the ingest's memory peak. Insertion order is irrelevant here.
         self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
         self.con.execute("SET preserve_insertion_order = false")
-        self.con.execute("ATTACH ? AS staged (READ_ONLY)", [str(staging)])
+        self.con.execute(f"ATTACH {literal(str(staging))} AS staged (READ_ONLY)")
         try:
-            return self._write_snapshot(snapshot, replace)
+            return self.write(lambda: self._write_snapshot(snapshot, replace, ensure_blobs))
         finally:
             self.con.execute("DETACH staged")
 
-    def _write_snapshot(self, snapshot: dict[str, Any], replace: bool) -> int:
-        with self.transaction():
-            old = self.snapshot_id(snapshot["tag"])
-            if old is not None:
-                if not replace:
-                    raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
-                self._delete_snapshot_rows(old)
-            sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
-            folder_set = self._record_folder_set()
-            labels = snapshot.get("labels") or {}
-            self.con.execute(
-                """
-                INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
-                    triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
-                    stored_bytes, new_bytes, labels, folder_set)
-                VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
-                """,
+    def _write_snapshot(
+        self, snapshot: dict[str, Any], replace: bool, ensure_blobs: Callable[[list[str]], None] | None
+    ) -> int:
+        old = self.snapshot_id(snapshot["tag"])
+        if old is not None:
+            if not replace:
+                raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
+            self._delete_snapshot_rows(old)
+        sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
+        folder_set = self._record_folder_set()
+        labels = snapshot.get("labels") or {}
+        self.con.execute(
+            """
+            INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
+                triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
+                stored_bytes, new_bytes, labels, folder_set)
+            VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
+            """,
+            [
+                sid,
+                snapshot["tag"],
+                snapshot["created_at"],
+                snapshot["source_path"],
+                snapshot["host"],
+                snapshot["kdb_version"],
+                snapshot["file_count"],
+                snapshot["raw_bytes"],
+                snapshot["new_bytes"],
+                list(labels.keys()),
+                list(labels.values()),
+                folder_set,
+            ],
+        )
+        present = self._check_staged_folders()
+        if ensure_blobs is not None:
+            ensure_blobs(
                 [
-                    sid,
-                    snapshot["tag"],
-                    snapshot["created_at"],
-                    snapshot["source_path"],
-                    snapshot["host"],
-                    snapshot["kdb_version"],
-                    snapshot["file_count"],
-                    snapshot["raw_bytes"],
-                    snapshot["new_bytes"],
-                    list(labels.keys()),
-                    list(labels.values()),
-                    folder_set,
-                ],
+                    r[0]
+                    for r in self.con.execute(
+                        "SELECT DISTINCT hash FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs)"
+                    ).fetchall()
+                ]
             )
-            staged = self.con.execute(
-                "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
-                "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
-            ).fetchall()
-            for name, columns in staged:
-                cols = ", ".join(columns)
-                if name == "folder_sets":
-                    continue  # recorded above, once per distinct set
-                if "snapshot_id" in self._column_types(name):
-                    self.con.execute(
-                        f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid]
-                    )
-                elif name == "blobs":
-                    self.con.execute(
-                        "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
-                        "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
-                    )
-                else:
-                    self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
-            self._update_snapshot_totals(sid)
+        staged = self.con.execute(
+            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+        ).fetchall()
+        for name, columns in staged:
+            cols = ", ".join(columns)
+            if name == "folder_sets":
+                continue  # recorded above, once per distinct set
+            if present and "folder_digest" in columns:  # recorded by another writer meanwhile
+                self.con.execute(
+                    f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name} "
+                    "WHERE folder_digest NOT IN (SELECT unnest(?::VARCHAR[]))",
+                    [present],
+                )
+            elif "snapshot_id" in self._column_types(name):
+                self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
+            elif name == "blobs":
+                self.con.execute(
+                    "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
+                    "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
+                )
+            else:
+                self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
+        self._update_snapshot_totals(sid)
         return sid
+
+    def _check_staged_folders(self) -> list[str]:
+        """Staged folders the catalog holds already (another writer recorded them since this ingest
+        looked: shared home); raise CollectedMeanwhile when a folder the ingest skipped as known is gone."""
+        gone = self._one(
+            "SELECT count(DISTINCT folder_digest) FROM staged.folder_sets WHERE folder_digest NOT IN "
+            "(SELECT folder_digest FROM folders UNION ALL SELECT folder_digest FROM staged.folders)"
+        )[0]
+        if gone:
+            raise CollectedMeanwhile(f"{gone} known kernel folders were garbage-collected during the ingest")
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT folder_digest FROM folders WHERE folder_digest IN (SELECT folder_digest FROM staged.folders)"
+            ).fetchall()
+        ]
 
     def _record_folder_set(self) -> str | None:
         """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
@@ -130,16 +174,16 @@ class SnapshotWriter(CatalogConnection):
         self._drop_unused_folder_sets()
 
     def delete_snapshot(self, tag: str) -> None:
-        with self.transaction():
-            self._delete_snapshot_rows(self.require_snapshot(tag))
+        self.write(lambda: self._delete_snapshot_rows(self.require_snapshot(tag)))
 
     def replace_folder_rows(self, digests: Sequence[str], staging: Path, tables: Sequence[str]) -> None:
         """Swap the derived rows of these folders (kernel JSON rows and analysis) for the rows staged in
         `staging` (`kdb reindex`), in one transaction."""
         self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
-        self.con.execute("ATTACH ? AS staged (READ_ONLY)", [str(staging)])
+        self.con.execute(f"ATTACH {literal(str(staging))} AS staged (READ_ONLY)")
         try:
-            with self.transaction():
+
+            def body() -> None:
                 for name in tables:
                     self.con.execute(
                         f"DELETE FROM {name} WHERE folder_digest IN (SELECT unnest(?::VARCHAR[]))", [list(digests)]
@@ -148,6 +192,8 @@ class SnapshotWriter(CatalogConnection):
                     self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
                 for (sid,) in self.con.execute("SELECT snapshot_id FROM snapshots").fetchall():
                     self._update_snapshot_totals(sid)
+
+            self.write(body)
         finally:
             self.con.execute("DETACH staged")
 
@@ -161,17 +207,30 @@ class SnapshotWriter(CatalogConnection):
 
     def drop_unreferenced(self) -> int:
         """Forget folders no snapshot holds, then blobs no file uses; return how many blob rows went."""
-        with self.transaction():
-            self._drop_unused_folder_sets()
-            for table in self._folder_tables():
-                self.con.execute(
-                    f"DELETE FROM {table} WHERE folder_digest NOT IN "
-                    "(SELECT DISTINCT folder_digest FROM snapshot_folders)"
-                )
-            unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
-            n = self._one(f"SELECT count(*) FROM blobs WHERE {unused}")[0]
-            self.con.execute(f"DELETE FROM blobs WHERE {unused}")
+        return self.write(self._drop_unreferenced)
+
+    def _drop_unreferenced(self) -> int:
+        self._drop_unused_folder_sets()
+        for table in self._folder_tables():
+            self.con.execute(
+                f"DELETE FROM {table} WHERE folder_digest NOT IN (SELECT DISTINCT folder_digest FROM snapshot_folders)"
+            )
+        unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
+        n = self._one(f"SELECT count(*) FROM blobs WHERE {unused}")[0]
+        self.con.execute(f"DELETE FROM blobs WHERE {unused}")
         return n
+
+
+class CatalogUpkeep(CatalogConnection):
+    """Space: DuckDB's free blocks (local catalog) and DuckLake's small and expired files (shared catalog)."""
+
+    def compact_lake(self, grace_s: float) -> None:
+        """Shared catalog: merge the small Parquet files many ingests leave, and delete the files of
+        DuckLake snapshots older than the grace period (readers older than that are not expected)."""
+        older = f"now() - INTERVAL '{int(grace_s)} seconds'"
+        self.con.execute("CALL ducklake_merge_adjacent_files(current_database())")
+        self.con.execute(f"CALL ducklake_expire_snapshots(current_database(), older_than => {older})")
+        self.con.execute(f"CALL ducklake_cleanup_old_files(current_database(), older_than => {older})")
 
     def space(self) -> tuple[int, int]:
         """(free bytes, total bytes) of the catalog file: DuckDB keeps the blocks a large commit or a
@@ -199,7 +258,7 @@ class SnapshotWriter(CatalogConnection):
             f"SET memory_limit = '{WRITE_MEMORY}'"
         )  # as for an ingest's commit: else DuckDB caches the copy
         self.con.execute(
-            "ATTACH ? AS compacted (STORAGE_VERSION ?, BLOCK_SIZE ?)", [str(dest), STORAGE_VERSION, BLOCK_SIZE]
+            f"ATTACH {literal(str(dest))} AS compacted (STORAGE_VERSION '{STORAGE_VERSION}', BLOCK_SIZE {BLOCK_SIZE})"
         )
         try:
             self.con.execute(f'COPY FROM DATABASE "{source}" TO compacted')
