@@ -52,14 +52,15 @@ SOURCE_MTIME = 1_700_000_000  # pinned mtime of the copied kernel sources
 
 SNAPSHOTS = {
     # name: (triton version, backend, target, warp size)
-    "t3.1.0-gfx90a": ("3.1.0", "hip", "gfx90a", 64),
-    "t3.3.1-gfx942": ("3.3.1", "hip", "gfx942", 64),
-    "t3.4.0-gfx942": ("3.4.0", "hip", "gfx942", 64),
-    "t3.4.0-gfx1100": ("3.4.0", "hip", "gfx1100", 32),
-    "t3.6.0-gfx950": ("3.6.0", "hip", "gfx950", 64),
-    "t3.7.1-gfx950": ("3.7.1", "hip", "gfx950", 64),
-    "t3.4.0-sm90": ("3.4.0", "cuda", 90, 32),
-    "t3.6.0-sm80": ("3.6.0", "cuda", 80, 32),
+    **{f"t{v}-gfx942": (v, "hip", "gfx942", 64)
+       for v in ("3.0.0", "3.1.0", "3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0", "3.7.1", "3.8.0", "3.9.0")},
+    **{f"t{v}-gfx950": (v, "hip", "gfx950", 64)
+       for v in ("3.2.0", "3.3.1", "3.4.0", "3.5.1", "3.6.0", "3.7.1", "3.8.0", "3.9.0")},
+    **{f"t{v}-gfx90a": (v, "hip", "gfx90a", 64) for v in ("3.1.0", "3.4.0", "3.7.1")},
+    **{f"t{v}-gfx1100": (v, "hip", "gfx1100", 32) for v in ("3.2.0", "3.4.0", "3.8.0")},
+    **{f"t{v}-gfx1201": (v, "hip", "gfx1201", 32) for v in ("3.5.1", "3.8.0", "3.9.0")},
+    **{f"t{v}-sm90": (v, "cuda", 90, 32) for v in ("2.3.1", "3.2.0", "3.4.0", "3.6.0", "3.9.0")},
+    **{f"t{v}-sm80": (v, "cuda", 80, 32) for v in ("2.3.1", "3.1.0", "3.6.0", "3.8.0")},
 }
 
 
@@ -81,7 +82,7 @@ def build_configs() -> list[dict]:
     cfgs: list[dict] = []
 
     def add(cid, source, kernel, sig, constexprs, options, div16=(), one=(), backends=("hip", "cuda"),
-            min_version="3.0.0", note=None):
+            min_version="2.3.0", note=None):
         cfgs.append(dict(config=cid, source=source, kernel=kernel, sig=sig, constexprs=constexprs,
                          options=options, div16=list(div16), one=list(one), backends=list(backends),
                          min_version=min_version, note=note))
@@ -216,21 +217,195 @@ def _one_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:400]
 
 
+
+# --------------------------------------------------------------------------------------------
+# Worker helpers: a stand-in driver and stand-in tensors, so that each release's own JIT
+# (JITFunction.run(..., warmup=True)) specialises the arguments and compiles, without a GPU.
+# --------------------------------------------------------------------------------------------
+
+STANDIN_DATA_PTR = 0x7F0000000000  # 16-byte aligned (any multiple of 16 gives the same specialisation)
+STANDIN_BYTES = 16 * 1024          # ptr_range()/storage size: well under 2 GB
+
+
+def make_standin_tensor():
+    class StandInTensor:
+        """What the JIT needs from a tensor argument: dtype, data_ptr() (16-aligned) and, for the HIP
+        backend's 32-bit pointer-range hook (3.2+), ptr_range() (16 KiB)."""
+
+        def __init__(self, dtype):
+            self.dtype = dtype
+
+        def data_ptr(self):
+            return STANDIN_DATA_PTR
+
+        def ptr_range(self):
+            return STANDIN_BYTES
+
+    return StandInTensor
+
+
+def install_standin_driver(target, version):
+    """Make the release's runtime driver report `target` (device 0, stream 0)."""
+    class StandInDriver:
+        def is_active(self):
+            return True
+
+        def get_current_target(self):
+            return target
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def set_current_device(self, device):
+            pass
+
+        def get_active_torch_device(self):
+            raise RuntimeError("no device")
+
+        def get_device_interface(self):
+            raise RuntimeError("no device")
+
+        def get_benchmarker(self):
+            raise RuntimeError("no device")
+
+        def get_empty_cache_for_benchmark(self):
+            raise RuntimeError("no device")
+
+    if version >= (3, 0):
+        from triton.runtime import driver as drv
+        drv.set_active(StandInDriver())
+    else:  # 2.3.x: triton.runtime.driver.driver is a LazyProxy around the CUDA driver
+        from triton.runtime.driver import driver as proxy
+        proxy._obj = StandInDriver()
+        # 2.3.x builds and imports the C launcher during compile (needs libcuda.so, absent here).
+        # The launcher is a separate cache folder (__triton_launcher.so); the kernel folder is
+        # complete before this step, so skip it.
+        from triton.compiler import compiler as tcc
+        from triton.compiler.backends.cuda import CUDABackend
+
+        class KernelStub:
+            def __init__(self, so_path, metadata_path):
+                self.metadata_path = str(metadata_path)
+                self.metadata = json.loads(Path(metadata_path).read_text())
+
+        CUDABackend.make_launcher_stub = lambda self, src, metadata: None
+        tcc.CompiledKernel = KernelStub
+        if "torch" not in sys.modules:
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                # 2.3.x asks `torch.version.hip is not None` (triton.common.build.is_hip) in tl.dot and
+                # elsewhere; on a CUDA machine's PyTorch that is None. Stub just that.
+                import types
+                stub = types.ModuleType("torch")
+                stub.version = types.SimpleNamespace(hip=None, cuda="12.1")
+                sys.modules["torch"] = stub
+    if version >= (3, 6) and "torch" not in sys.modules:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            # HIPBackend.is_within_2gb (3.6+) does `import torch` before looking at ptr_range();
+            # a stub keeps that import working on a machine without PyTorch.
+            import types
+            stub = types.ModuleType("torch")
+            stub.Tensor = type("Tensor", (), {})
+            sys.modules["torch"] = stub
+
+
+_CAPTURED: list = []
+
+
+def capture_ast_sources() -> list:
+    """Record every ASTSource the JIT builds (it is what the JIT hands to compile())."""
+    from triton.compiler import compiler as tcc
+    orig = tcc.ASTSource.__init__
+    if getattr(orig, "_kdb_capture", False):
+        return _CAPTURED
+
+    def init(self, *a, **kw):
+        orig(self, *a, **kw)
+        _CAPTURED.append(self)
+
+    init._kdb_capture = True
+    tcc.ASTSource.__init__ = init
+    return _CAPTURED
+
+
+def kernel_folder(k) -> str:
+    """Cache folder of a compiled kernel: get_cache_manager(kernel.hash) (3.x); 2.3.x kernels have no
+    hash attribute, their folder is the one holding the metadata JSON compile() returned."""
+    if hasattr(k, "metadata_path"):
+        return Path(k.metadata_path).parent.name
+    from triton.runtime.cache import get_cache_manager
+    return Path(get_cache_manager(k.hash).cache_dir).name
+
+
+def _jsonable(v):
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return repr(v)
+
+
+def describe_src(src, fn, version) -> dict:
+    """What the JIT handed to compile(): per-argument attributes (arg_attrs), the signature as the JIT
+    built it (jit_signature, argument names) and the arguments it turned into constants (jit_constants)."""
+    names = fn.arg_names
+
+    def nm(k):
+        if isinstance(k, tuple):
+            k = k[0] if len(k) == 1 else k
+        if isinstance(k, int):
+            return names[k]
+        return str(k)
+
+    attrs: dict[str, list] = {}
+    a = src.attrs
+    if isinstance(a, dict):  # 3.3+: {(i,): [[name, value], ...]}
+        for k, lst in a.items():
+            attrs.setdefault(nm(k), []).extend([list(x) for x in lst])
+    elif hasattr(a, "get_fn_attrs"):  # 3.2: AttrsDescriptor subclass per backend
+        for k, lst in a.get_fn_attrs().items():
+            attrs.setdefault(nm(k), []).extend([list(x) for x in lst])
+    else:  # 2.3 / 3.0 / 3.1 dataclass of argument indices (ast_to_ttir turns it into attributes)
+        for i in sorted(a.divisible_by_16 or ()):
+            attrs.setdefault(nm(i), []).append(["tt.divisibility", 16])
+        for i in sorted(getattr(a, "divisible_by_8", None) or ()):
+            attrs.setdefault(nm(i), []).append(
+                ["tt.max_divisibility", 16 if i in (a.divisible_by_16 or ()) else 8])
+    sig = {nm(k): v for k, v in src.signature.items()}
+    consts = {nm(k): _jsonable(v) for k, v in (src.constants or {}).items()}
+    if version < (3, 3):
+        eq1 = getattr(a, "equal_to_1", None)
+        if eq1 is None and hasattr(a, "arg_properties"):
+            eq1 = a.arg_properties.get("tt.equal_to", [])
+        for i in sorted(eq1 or ()):
+            consts.setdefault(nm(i), 1)
+    # attributes the JIT put on arguments it also turned into constants (constexprs, and up to 3.2 the
+    # constexpr indices of its divisibility set) never reach the IR: leave them out
+    attrs = {k: v for k, v in attrs.items() if k not in consts and v}
+    return {"arg_attrs": dict(sorted(attrs.items(), key=lambda kv: names.index(kv[0]) if kv[0] in names else 0)),
+            "jit_signature": sig, "jit_constants": consts}
+
+
 def worker_main(args) -> int:
     import importlib.util
     import warnings
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.cache import get_cache_manager
 
     spec = json.loads(Path(args.worker).read_text())
     version = vtuple(triton.__version__.split("+")[0])
     src_root = Path(spec["src_root"])
     cache = Path(os.environ["TRITON_CACHE_DIR"])
     backend, arch, warp = spec["backend"], spec["target"], spec["warp_size"]
-    target = GPUTarget(backend, arch, warp)
+    if version >= (3, 0):
+        from triton.backends.compiler import GPUTarget
+        target = GPUTarget(backend, arch, warp)
+    else:
+        target = (backend, arch)  # 2.3.x: the CUDA driver's get_current_target() returns ("cuda", capability)
     out = open(spec["results"], "a")
     modules: dict[str, object] = {}
 
@@ -244,31 +419,36 @@ def worker_main(args) -> int:
             modules[source] = mod
         return modules[source]
 
-    def make_src(fn, cfg):
-        names = fn.arg_names
-        if version >= (3, 3):
-            sig, consts = {}, {}
-            for n, t in cfg["sig"].items():
-                if t == "constexpr":
-                    sig[n] = "constexpr"
-                    consts[n] = cfg["constexprs"][n]
-                elif n in cfg["one"]:
-                    sig[n] = "constexpr"  # what the 3.3+ JIT does with an int equal to 1
-                    consts[n] = 1
-                else:
-                    sig[n] = t
-            attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in cfg["div16"]}
-            return ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-        # 3.0 / 3.1: signature holds the non-constexpr arguments; constexpr and equal-to-1
-        # arguments go to `constants`; specialisations go to an AttrsDescriptor of indices.
-        from triton.compiler.compiler import AttrsDescriptor
-        sig = {n: t for n, t in cfg["sig"].items() if t != "constexpr"}
-        consts = {n: cfg["constexprs"][n] for n, t in cfg["sig"].items() if t == "constexpr"}
-        for n in cfg["one"]:
-            consts[n] = 1
-        attrs = AttrsDescriptor(divisible_by_16=tuple(names.index(n) for n in cfg["div16"]),
-                                equal_to_1=tuple(names.index(n) for n in cfg["one"]))
-        return ASTSource(fn=fn, signature=sig, constants=consts, attrs=attrs)
+    # ---- drive the release's own JIT (JITFunction.run(..., warmup=True)) offline ----
+    captured = capture_ast_sources()
+    install_standin_driver(target, version)
+    TensorCls = make_standin_tensor()
+    import triton.language as tl
+    tl_dtype = {"fp32": tl.float32, "fp16": tl.float16, "bf16": tl.bfloat16}
+
+    def jit_args(cfg):
+        """Arguments as a user would pass them: 16-aligned stand-in tensors (<2 GB), and integers whose
+        values give the config's div16/one choices (1 -> equal to 1, 1024 -> divisible by 16, 17 -> neither)."""
+        kw = {}
+        for n, t in cfg["sig"].items():
+            if t == "constexpr":
+                kw[n] = cfg["constexprs"][n]
+            elif t.startswith("*"):
+                kw[n] = TensorCls(tl_dtype[t[1:]])
+            elif t == "i32":
+                kw[n] = 1 if n in cfg["one"] else (1024 if n in cfg["div16"] else 17)
+            elif t == "fp32":
+                kw[n] = 0.5
+            else:
+                raise ValueError(f"no stand-in value for type {t}")
+        return kw
+
+    def jit_compile(fn, cfg):
+        captured.clear()
+        k = fn.run(grid=(1,), warmup=True, **jit_args(cfg), **dict(cfg["options"]))
+        if not captured:
+            raise RuntimeError("the JIT did not build an ASTSource (kernel already in its in-memory cache?)")
+        return k, describe_src(captured[-1], fn, version)
 
     def emit(rec):
         out.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -280,12 +460,11 @@ def worker_main(args) -> int:
         t0 = time.time()
         try:
             fn = getattr(load(cfg["source"]), cfg["kernel"])
-            src = make_src(fn, cfg)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                k = triton.compile(src, target=target, options=dict(cfg["options"]))
+                k, spec_info = jit_compile(fn, cfg)
             new = sorted(_folders(cache) - before)
-            key = Path(get_cache_manager(k.hash).cache_dir).name
+            key = kernel_folder(k)
             if new and new != [key]:
                 raise RuntimeError(f"cache diff {new} disagrees with kernel hash folder {key}")
             meta = json.loads((cache / key / f"{cfg['kernel']}.json").read_text())
@@ -297,7 +476,7 @@ def worker_main(args) -> int:
                 if applied.get(o) != v:
                     notes.append(f"requested {o}={v}, compiler applied {o}={applied.get(o)}")
             emit({"event": "ok", "config": cfg["config"], "cache_key": key, "reused": not new,
-                  "applied_options": applied, "notes": notes, "seconds": round(time.time() - t0, 2)})
+                  "applied_options": applied, "notes": notes, "seconds": round(time.time() - t0, 2), **spec_info})
         except BaseException as exc:  # noqa: BLE001 - record and continue
             emit({"event": "fail", "config": cfg["config"], "reason": _one_line(exc),
                   "new_folders": sorted(_folders(cache) - before)})
@@ -349,6 +528,9 @@ def run_autotune(spec, cache, target, load, emit):
                 raise RuntimeError("no device")
 
         compiled: list[tuple[str, dict, str, bool]] = []
+        spec_infos: list[dict] = []
+        import triton as _t
+        version = vtuple(_t.__version__.split("+")[0])
         state = {"config": None}
 
         class WarmupOnly:
@@ -360,7 +542,10 @@ def run_autotune(spec, cache, target, load, emit):
 
             def run(self, *args, **kwargs):
                 before = _folders(cache)
+                cap = capture_ast_sources()
+                cap.clear()
                 k = self.fn.run(*args, grid=(1,), warmup=True, **kwargs)
+                spec_infos.append(describe_src(cap[-1], self.fn, version) if cap else {})
                 new = sorted(_folders(cache) - before)
                 from triton.runtime.cache import get_cache_manager
                 key = Path(get_cache_manager(k.hash).cache_dir).name
@@ -409,11 +594,12 @@ def run_autotune(spec, cache, target, load, emit):
                 emit({"event": "fail", "config": f"{cid_base}/b{b}/w{w}", "reason": "autotuner did not compile it"})
                 continue
             _, kw, key, reused = matches[0]
+            info = spec_infos[compiled.index(matches[0])]
             emit({"event": "ok", "config": f"{cid_base}/b{b}/w{w}", "cache_key": key, "reused": reused,
                   "kernel": jitfn.__name__, "source": source,
                   "constexprs": {"BLOCK": b}, "options": {"num_warps": w},
                   "applied_options": {"num_warps": w}, "notes": [AUTOTUNE_NOTE],
-                  "autotune_folder": at_folders[0] if at_folders else None,
+                  "autotune_folder": at_folders[0] if at_folders else None, **info,
                   "sig_types": {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n_elements": "i32",
                                 "alpha": "fp32"}})
         if not at_folders:
@@ -440,6 +626,8 @@ def ensure_venv(workdir: Path, version: str, wheelhouse: Path) -> Path:
         shutil.rmtree(venv)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     cmd = [str(py), "-m", "pip", "install", "-q", f"triton=={version}"]
+    if vtuple(version) < (3, 0):
+        cmd.append("numpy<2")  # 2.3.x imports numpy (runtime/interpreter.py) without declaring it
     if wheelhouse and wheelhouse.is_dir() and list(wheelhouse.glob(f"triton-{version}-*.whl")):
         cmd += ["--find-links", str(wheelhouse)]
     subprocess.run(cmd, check=True)
@@ -450,6 +638,11 @@ def stage_sources(workdir: Path) -> Path:
     """Copy corpus/kernels/*.py to WORKDIR/src/kernels (fixed path, pinned mtimes). Called once per run."""
     src_root = workdir / "src"
     dest = src_root / "kernels"
+    wanted = sorted((CORPUS / "kernels").glob("*.py"))
+    if dest.exists() and sorted(p.name for p in dest.iterdir()) == [f.name for f in wanted] and all(
+            (dest / f.name).read_bytes() == f.read_bytes() and (dest / f.name).stat().st_mtime == SOURCE_MTIME
+            for f in wanted):
+        return src_root  # already staged (another build may be reading it)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -541,13 +734,14 @@ def build_snapshot(name: str, args) -> dict:
         spec_path = jobdir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.time()
+        skip = len(results.read_text().splitlines()) if results.exists() else 0  # earlier workers' events
         log = (jobdir / "worker.log").open("a")
         proc = subprocess.Popen([str(py), str(Path(__file__).resolve()), "--worker", str(spec_path)], env=env,
                                 cwd=str(workdir), stdout=log, stderr=subprocess.STDOUT)
         timed_out = None
         while proc.poll() is None:
             time.sleep(1)
-            lines = results.read_text().splitlines() if results.exists() else []
+            lines = results.read_text().splitlines()[skip:] if results.exists() else []
             last = json.loads(lines[-1]) if lines else None
             if last and last["event"] == "start":
                 started_at = start_times.setdefault(last["config"], time.time())
@@ -562,6 +756,7 @@ def build_snapshot(name: str, args) -> dict:
         if rc == 0:
             break
         # worker died (crash or timeout): the last started config without a result is the culprit
+        done |= {f["config"] for f in crash_fails}
         started = [e["config"] for e in events if e["event"] == "start" and e["config"] not in done]
         culprit = started[-1] if started else None
         if culprit:
@@ -592,13 +787,16 @@ def build_snapshot(name: str, args) -> dict:
                        "specialized_to_1": c["one"], "divisible_by_16": c["div16"],
                        "signature": {k: v for k, v in c["sig"].items() if v != "constexpr"},
                        "applied_options": e["applied_options"], "reused_folder": e["reused"],
-                       "notes": e["notes"]}
+                       "notes": e["notes"], "arg_attrs": e["arg_attrs"], "jit_signature": e["jit_signature"],
+                       "jit_constants": e["jit_constants"]}
             else:
                 rec = {"config": e["config"], "kernel": e["kernel"], "source": e["source"],
                        "cache_key": e["cache_key"], "constexprs": e["constexprs"], "options": e["options"],
                        "specialized_to_1": [], "divisible_by_16": None, "signature": e["sig_types"],
                        "applied_options": e["applied_options"], "reused_folder": e["reused"],
-                       "notes": e["notes"], "autotune_folder": e["autotune_folder"]}
+                       "notes": e["notes"], "autotune_folder": e["autotune_folder"],
+                       "arg_attrs": e.get("arg_attrs"), "jit_signature": e.get("jit_signature"),
+                       "jit_constants": e.get("jit_constants")}
             records.append(rec)
         elif e["event"] == "fail":
             failed.append({"config": e["config"], "reason": e["reason"]})
@@ -671,7 +869,13 @@ def main(argv=None) -> int:
         return n, entry, time.time() - t0
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for n, entry, secs in pool.map(one, names):
+        futs = [pool.submit(one, n) for n in names]  # submitted in the order given
+        for fut in concurrent.futures.as_completed(futs):
+            try:
+                n, entry, secs = fut.result()
+            except Exception as exc:  # noqa: BLE001 - one broken snapshot must not stop the others
+                print(f"snapshot build failed: {type(exc).__name__}: {exc}", flush=True)
+                continue
             if not args.no_manifest:
                 update_manifest({n: entry})
             print(f"{n}: {entry['kernel_count']} kernels, {entry['file_count']} files, {entry['archive_bytes']} bytes,"

@@ -30,8 +30,8 @@ def attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, seq_len,
         qk = tl.dot(q, k)
         qk = tl.where(cur_n[None, :] < seq_len, qk * qk_scale, -float("inf"))
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.exp2(qk - m_ij[:, None])
-        alpha = tl.exp2(m_i - m_ij)
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         v_ptrs = v_ptr + off_h * stride_vh + cur_n[:, None] * stride_vn + offs_d[None, :]
