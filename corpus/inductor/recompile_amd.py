@@ -376,6 +376,14 @@ def pack(cache: Path, archive: Path) -> tuple[int, int]:
     return files, len(comp)
 
 
+def grouping(ids_to_folder: dict, ids) -> set:
+    """config_ids grouped by the folder they compiled to (folder names dropped)."""
+    g: dict = {}
+    for c in ids:
+        g.setdefault(ids_to_folder[c], set()).add(c)
+    return {frozenset(v) for v in g.values()}
+
+
 def pack_main(argv):
     """pack OUTDIR CACHE...: one archive per snapshot cache directory, manifest.json updated."""
     import hashlib
@@ -420,6 +428,7 @@ def pack_main(argv):
                 "config_ids_a": len(rels[a]), "config_ids_b": len(rels[b]), "in_both": len(common),
                 "same_folder_name": sum(rels[a][c] == rels[b][c] for c in common),
                 "folders_a": len(set(rels[a].values())), "folders_b": len(set(rels[b].values())),
+                "same_grouping": grouping(rels[a], common) == grouping(rels[b], common),
             }
     man["pairs"] = pairs
     man_path.write_text(json.dumps(man, indent=1) + "\n")
