@@ -8,7 +8,7 @@ CREATE TABLE kernel_sources (
     folder_digest VARCHAR PRIMARY KEY,
     source_file   VARCHAR,      -- the Python file of the kernel's `def`, from the TTIR locations (as compiled: absolute)
     source_line   INTEGER,      -- the `def` line
-    tensor_dims   INTEGER[]     -- every tensor dimension and tl.arange length in the TTIR (where block sizes show)
+    tensor_shapes VARCHAR[]     -- every distinct tensor shape of the TTIR ('8x16'): where block sizes show
 );
 
 CREATE TABLE inductor_modules (       -- one row per heuristics-decorated kernel of a generated module

@@ -22,7 +22,7 @@ from kdb.analysis.model import (
 from kdb.analysis.registry import backend_for
 from kdb.errors import ParseError
 from kdb.triton.identity import canonical_kernel_name, kernel_identity
-from kdb.triton.inductor import source_location, tensor_dims
+from kdb.triton.inductor import source_location, tensor_shapes
 from kdb.triton.kernel_json import KernelMeta, parse_kernel_json, release_family
 from kdb.triton.normalize import STAGE_KINDS, metadata_digest, stage_digest
 from kdb.triton.ttgir import parse_ttgir
@@ -90,7 +90,7 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     "source_line_counts": ["folder_digest", "source", "file", "line", "grp", "count"],
     "analysis_problems": ["folder_digest", "name", "stage", "reason"],
     # migration 005: what links a compiled kernel to the generated module and config it came from
-    "kernel_sources": ["folder_digest", "source_file", "source_line", "tensor_dims"],
+    "kernel_sources": ["folder_digest", "source_file", "source_line", "tensor_shapes"],
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
@@ -229,12 +229,12 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
 
 
 def _source_facts(out: FolderAnalysis, folder_digest: str, ttir: FolderFile | None, source: FolderFile | None) -> None:
-    """The kernel's Python file and `def` line (from the TTIR locations), and its TTIR tensor dimensions."""
+    """The kernel's Python file and `def` line (from the TTIR locations), and its TTIR tensor shapes."""
     loc = None
     for f in (ttir, source):
         if f is not None and (loc := source_location(text_of(f))) is not None:
             break
-    dims = tensor_dims(text_of(ttir)) if ttir is not None else None
+    dims = tensor_shapes(text_of(ttir)) if ttir is not None else None
     if loc is None and not dims:
         return
     out.add(
@@ -242,5 +242,5 @@ def _source_facts(out: FolderAnalysis, folder_digest: str, ttir: FolderFile | No
         folder_digest=folder_digest,
         source_file=loc[0] if loc else None,
         source_line=loc[1] if loc else None,
-        tensor_dims=dims,
+        tensor_shapes=dims,
     )

@@ -17,11 +17,12 @@ from typing import Any
 from kdb.errors import ParseError
 from kdb.triton.inductor import (
     InductorKernel,
-    block_sizes,
+    fits_shapes,
     parse_autotune_json,
     parse_best_config,
     parse_kernel_perf,
     parse_module,
+    tile_of_blocks,
 )
 
 # the file kinds (kdb/ingest/walker.py) this module reads
@@ -37,7 +38,7 @@ class FolderFacts:
     num_stages: int | None
     num_ctas: int | None
     source_file: str | None
-    tensor_dims: tuple[int, ...]
+    tensor_shapes: tuple[tuple[int, ...], ...]
 
 
 @dataclass
@@ -69,9 +70,9 @@ def _shown(keys: list[str]) -> str:
     return ", ".join(sorted(keys)[:MAX_CANDIDATES_SHOWN]) + more
 
 
-def fits(folder: FolderFacts, config: dict[str, Any]) -> bool:
-    """The folder was compiled for this config: num_warps/num_stages/num_ctas equal where the config says,
-    and every block size among the TTIR's tensor dimensions (a block of 1 may be squeezed away)."""
+def fits(folder: FolderFacts, config: dict[str, Any], *, squeezable: bool = False) -> bool:
+    """The folder was compiled for this config: num_warps/num_stages/num_ctas equal where the config
+    says, and its block sizes are the TTIR's tensor dimensions (kdb.triton.inductor.fits_shapes)."""
     for opt, have in (
         ("num_warps", folder.num_warps),
         ("num_stages", folder.num_stages),
@@ -80,7 +81,7 @@ def fits(folder: FolderFacts, config: dict[str, Any]) -> bool:
         want = config.get(opt)
         if want is not None and have is not None and want != have:
             return False
-    return all(v == 1 or v in folder.tensor_dims for v in block_sizes(config).values())
+    return fits_shapes(config, list(folder.tensor_shapes), squeezable=squeezable)
 
 
 def link_inductor(
@@ -182,11 +183,19 @@ def _link_folders(
     return linked
 
 
-def _by_config(config: dict[str, Any], candidates: list[FolderFacts], what: str) -> tuple[str | None, str, str | None]:
-    """(cache_key, link, detail) for the one candidate folder the config fits."""
-    fit = [f.cache_key for f in candidates if fits(f, config)]
+def _by_config(
+    config: dict[str, Any], candidates: list[FolderFacts], what: str, squeezable: bool = False
+) -> tuple[str | None, str, str | None]:
+    """(cache_key, link, detail) for the one candidate folder the config fits. When several fit, the
+    one whose largest tile is made of the config's block sizes alone (a matmul's BLOCK_M x BLOCK_N
+    accumulator), if exactly one is."""
+    fitting = [f for f in candidates if fits(f, config, squeezable=squeezable)]
+    fit = [f.cache_key for f in fitting]
     if len(fit) == 1:
         return fit[0], "config", None
+    exact = [f.cache_key for f in fitting if tile_of_blocks(config, list(f.tensor_shapes))]
+    if len(exact) == 1:
+        return exact[0], "config", f"{len(fit)} folders fit; only this one's largest tile is the block sizes"
     if fit:
         return None, "ambiguous", f"{len(fit)} folders of {what} fit this config: {_shown(fit)}"
     return None, "missing", f"none of the {len(candidates)} folders of {what} fits this config"
@@ -243,10 +252,14 @@ def _link_best_config(
         )
         row.update(link="ambiguous" if tuned else "missing", link_detail=f"no single generated module: {reason}")
     else:
-        candidates = [
-            by_cache_key[key] for key, (m, name) in folder_module.items() if m == module and name == kernel.name
-        ]
-        key, link, detail = _by_config(best.config, candidates, f"{kernel.name} ({module})")
+        # Triton's cache key hashes the kernel's source, not its file: a folder compiled from an identical
+        # kernel of another module (whose path its TTIR names) is this module's too.
+        same = {(p, k.name) for p, ks in modules.items() for k in ks if k.source_digest == kernel.source_digest}
+        candidates = [by_cache_key[key] for key, pk in folder_module.items() if pk in same]
+        meta = kernel.inductor_meta if isinstance(kernel.inductor_meta, dict) else {}
+        key, link, detail = _by_config(
+            best.config, candidates, f"{kernel.name} ({module})", squeezable=meta.get("no_x_dim") is True
+        )
         row.update(cache_key=key, link=link, link_detail=detail)
     out.links.setdefault("best_config", Counter())[row["link"]] += 1
     out.add("autotune_results", **row)

@@ -167,8 +167,12 @@ class _Seen:
                 k.get("num_stages"),
                 k.get("num_ctas"),
                 src.get("source_file"),
-                tuple(src.get("tensor_dims") or ()),
+                _shapes(src.get("tensor_shapes")),
             )
+
+
+def _shapes(shapes: list[str] | None) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(d) for d in s.split("x")) for s in shapes or ())
 
 
 def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
@@ -185,7 +189,7 @@ def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
                     r["num_stages"],
                     r["num_ctas"],
                     r["source_file"],
-                    tuple(r["tensor_dims"] or ()),
+                    _shapes(r["tensor_shapes"]),
                 )
     contents = [(path, kind, home.store.get(digest, size)) for path, kind, digest, size in seen.files]
     links = link_inductor(contents, [facts[k] for k in sorted(facts)])

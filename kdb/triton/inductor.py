@@ -6,6 +6,7 @@ locations, and the tensor dimensions the block sizes became)."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import re
@@ -25,7 +26,6 @@ CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 _LOC_FILE_RE = re.compile(r'^#loc\d* = loc\("([^"]+\.py)":(\d+):\d+\)', re.MULTILINE)
 _TENSOR_RE = re.compile(r"tensor<((?:\d+x)+)")
-_RANGE_RE = re.compile(r"tt\.make_range \{end = (\d+) : i32, start = (\d+) : i32\}")
 
 
 @dataclass
@@ -39,6 +39,7 @@ class InductorKernel:
     inductor_meta: Any = None
     configs: list[dict[str, Any]] = field(default_factory=list)  # literal candidate configs (templates)
     line: int = 0  # the `def` line
+    source_digest: str = ""  # SHA-256 of the function's source: modules with equal kernels share compiled folders
 
 
 def _value(node: ast.expr) -> Any:
@@ -106,10 +107,17 @@ def _literal_configs(call: ast.Call) -> list[dict[str, Any]]:
     return out
 
 
+def _function_source(text: str, node: ast.FunctionDef) -> str:
+    """The `def` and body as written (decorators excluded)."""
+    lines = text.splitlines()
+    return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+
+
 def parse_module(data: bytes) -> list[InductorKernel]:
     """Every heuristics-decorated kernel of a generated module; [] for other Python (wrappers, graphs)."""
     try:
-        tree = ast.parse(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        tree = ast.parse(text)
     except (UnicodeDecodeError, SyntaxError, ValueError) as exc:
         raise ParseError(f"not a Python module: {exc}") from None
     out = []
@@ -131,6 +139,7 @@ def parse_module(data: bytes) -> list[InductorKernel]:
                     inductor_meta=_value(kws["inductor_meta"]) if "inductor_meta" in kws else None,
                     configs=_literal_configs(call),
                     line=node.lineno,
+                    source_digest=hashlib.sha256(_function_source(text, node).encode()).hexdigest(),
                 )
             )
             break
@@ -216,14 +225,44 @@ def source_location(ir_text: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m else None
 
 
-def tensor_dims(ttir_text: str) -> list[int]:
-    """Every tensor dimension and `tl.arange` length in the TTIR: block sizes appear among them."""
-    dims: set[int] = set()
-    for m in _TENSOR_RE.finditer(ttir_text):
-        dims.update(int(d) for d in m.group(1).rstrip("x").split("x"))
-    for m in _RANGE_RE.finditer(ttir_text):
-        dims.add(int(m.group(1)) - int(m.group(2)))
-    return sorted(dims)
+def tensor_shapes(ttir_text: str) -> list[str]:
+    """Every distinct tensor shape of the TTIR (`8x16`): the kernel's block sizes are their dimensions."""
+    return sorted({m.group(1).rstrip("x") for m in _TENSOR_RE.finditer(ttir_text)}, key=lambda t: (t.count("x"), t))
+
+
+def fits_shapes(config: dict[str, Any], shapes: list[tuple[int, ...]], *, squeezable: bool = False) -> bool:
+    """The config's block sizes are the kernel's tensor dimensions: every block size other than 1 occurs
+    in some shape as often as in the config (two blocks of 16 need a 16x16 tile), and a block of 1 shows
+    as a dimension of the largest tile unless the kernel squeezes it away (Inductor's `no_x_dim`)."""
+    blocks = list(block_sizes(config).values())
+    if not shapes:
+        return not blocks
+    for v in set(blocks) - {1}:
+        if not any(shape.count(v) >= blocks.count(v) for shape in shapes):
+            return False
+    if 1 in blocks and not squeezable:
+        return 1 in _largest(shapes)
+    return True
+
+
+def _largest(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    def size(shape: tuple[int, ...]) -> tuple[int, int]:
+        return math.prod(shape), len(shape)
+
+    return max(shapes, key=size)
+
+
+def tile_of_blocks(config: dict[str, Any], shapes: list[tuple[int, ...]]) -> bool:
+    """The largest tensor shape's dimensions are all block sizes of the config (as a multiset)."""
+    if not shapes:
+        return False
+    tile = _largest(shapes)
+    blocks = list(block_sizes(config).values())
+    for d in tile:
+        if d not in blocks:
+            return False
+        blocks.remove(d)
+    return True
 
 
 def block_sizes(config: dict[str, Any]) -> dict[str, int]:

@@ -21,7 +21,7 @@ class CatalogQueries(CatalogConnection):
     def link_facts(self, digests: Sequence[str]) -> list[dict[str, Any]]:
         """What an ingest links Inductor files by, for kernel folders the catalog holds already."""
         return self._dicts(
-            "SELECT k.folder_digest, k.name, k.num_warps, k.num_stages, k.num_ctas, s.source_file, s.tensor_dims "
+            "SELECT k.folder_digest, k.name, k.num_warps, k.num_stages, k.num_ctas, s.source_file, s.tensor_shapes "
             "FROM kernel_folders k LEFT JOIN kernel_sources s USING (folder_digest) "
             "WHERE k.folder_digest IN (SELECT unnest(?::VARCHAR[]))",
             [list(digests)],
