@@ -22,6 +22,7 @@ from kdb.analysis.model import (
 from kdb.analysis.registry import backend_for
 from kdb.errors import ParseError
 from kdb.triton.identity import canonical_kernel_name, kernel_identity
+from kdb.triton.inductor import source_location, tensor_shapes
 from kdb.triton.kernel_json import KernelMeta, parse_kernel_json, release_family
 from kdb.triton.normalize import STAGE_KINDS, metadata_digest, stage_digest
 from kdb.triton.ttgir import parse_ttgir
@@ -88,6 +89,8 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     "instr_mix_counts": ["folder_digest", "source", "mnemonic", "grp", "count"],
     "source_line_counts": ["folder_digest", "source", "file", "line", "grp", "count"],
     "analysis_problems": ["folder_digest", "name", "stage", "reason"],
+    # migration 005: what links a compiled kernel to the generated module and config it came from
+    "kernel_sources": ["folder_digest", "source_file", "source_line", "tensor_shapes"],
 }
 ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
@@ -95,7 +98,7 @@ ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta, file_stem: str | None = None) -> dict[str, Any]:
     version, source = meta.triton_version, "json"
     if version is None:
-        version, source = release_family(cache_key), "folder-name"
+        version, source = release_family(cache_key.rsplit("/", 1)[-1]), "folder-name"
     return {
         "folder_digest": folder_digest,
         "cache_key": cache_key,
@@ -133,7 +136,7 @@ def analyze_folder(
         out.problems.append((json_file.rel, "json", str(exc)))
         # Still a kernel folder: keep a row under the file's name so the kernel is listed, facts NULL.
         stem = json_file.rel.rsplit("/", 1)[-1][: -len(".json")]
-        family = release_family(cache_key)
+        family = release_family(cache_key.rsplit("/", 1)[-1])
         out.kernel = {
             "folder_digest": folder_digest,
             "cache_key": cache_key,
@@ -210,6 +213,7 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
         if stage_file is not None:
             row[f"{stage}_digest"] = stage_digest(text_of(stage_file), stage_file.kind)
     ttir = first_file(files, "ttir", meta.name)
+    _source_facts(out, row["folder_digest"], ttir, first_file(files, "source", meta.name))
     try:
         ident = kernel_identity(text_of(ttir), meta, PurePosixPath(ttir.rel).stem if ttir is not None else None)
     except ParseError as exc:
@@ -222,3 +226,21 @@ def _ir_facts(out: FolderAnalysis, row: dict[str, Any], meta: KernelMeta, files:
             identity_parts=json.dumps(ident["parts"], sort_keys=True),
             identity_options=json.dumps(ident["parts"].get("options") or {}, sort_keys=True),
         )
+
+
+def _source_facts(out: FolderAnalysis, folder_digest: str, ttir: FolderFile | None, source: FolderFile | None) -> None:
+    """The kernel's Python file and `def` line (from the TTIR locations), and its TTIR tensor shapes."""
+    loc = None
+    for f in (ttir, source):
+        if f is not None and (loc := source_location(text_of(f))) is not None:
+            break
+    dims = tensor_shapes(text_of(ttir)) if ttir is not None else None
+    if loc is None and not dims:
+        return
+    out.add(
+        "kernel_sources",
+        folder_digest=folder_digest,
+        source_file=loc[0] if loc else None,
+        source_line=loc[1] if loc else None,
+        tensor_shapes=dims,
+    )

@@ -31,6 +31,39 @@ KERNEL_COLUMNS = [
     "metadata_digest",
 ]
 PROBLEM_COLUMNS = ["snapshot_id", "path", "cache_key", "stage", "reason"]
+# migration 005: TorchInductor modules, kernel -> module links, autotune results (kdb/ingest/inductor.py)
+INDUCTOR_MODULE_COLUMNS = [
+    "snapshot_id",
+    "path",
+    "kernel_name",
+    "heuristic",
+    "def_line",
+    "size_hints",
+    "triton_meta",
+    "inductor_meta",
+    "configs",
+    "kernel_perf_ms",
+]
+KERNEL_MODULE_COLUMNS = ["snapshot_id", "cache_key", "module_path", "kernel_name", "link", "detail"]
+AUTOTUNE_COLUMNS = [
+    "snapshot_id",
+    "source",
+    "path",
+    "entry",
+    "kernel_name",
+    "module_path",
+    "key",
+    "config",
+    "time_ms",
+    "timings",
+    "tuning_ms",
+    "is_best",
+    "found_by_coordesc",
+    "triton_cache_hash",
+    "cache_key",
+    "link",
+    "link_detail",
+]
 # Rows an ingest stages (kdb/store/staging.py) before one transaction moves them into the catalog.
 STAGED_COLUMNS: dict[str, list[str]] = {
     "blobs": BLOB_COLUMNS,
@@ -40,5 +73,8 @@ STAGED_COLUMNS: dict[str, list[str]] = {
     "top_files": TOP_FILE_COLUMNS,
     "kernel_folders": KERNEL_COLUMNS,
     "file_problems": PROBLEM_COLUMNS,
+    "inductor_modules": INDUCTOR_MODULE_COLUMNS,
+    "kernel_modules": KERNEL_MODULE_COLUMNS,
+    "autotune_results": AUTOTUNE_COLUMNS,
     **TABLE_COLUMNS,
 }

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ from kdb import __version__
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions
 from kdb.errors import InputError, TagError, UsageError
 from kdb.ingest.columns import STAGED_COLUMNS
+from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link_inductor
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
-from kdb.ingest.worker import groups_of, run_groups
+from kdb.ingest.worker import GroupResult, groups_of, run_groups
 from kdb.store.catalog import Catalog, Table
 from kdb.store.home import CollectedMeanwhile, Home
 from kdb.store.staging import Staging
@@ -43,6 +44,8 @@ class IngestSummary:
     problems: int
     seconds: float
     problem_list: list[dict[str, Any]]
+    found: dict[str, int] = field(default_factory=dict)  # Triton caches, generated modules, best configs, …
+    links: dict[str, dict[str, int]] = field(default_factory=dict)  # link kind -> {linked how / ambiguous / missing: n}
 
 
 def validate_tag(tag: str) -> str:
@@ -85,7 +88,7 @@ def ingest(
     workers = workers or os.cpu_count() or 1
     for attempt in range(3):
         try:
-            recorded, problem_list, totals = _ingest_once(
+            recorded, problem_list, totals, links = _ingest_once(
                 home,
                 source,
                 tag,
@@ -114,6 +117,8 @@ def ingest(
         problems=len(problem_list),
         seconds=time.monotonic() - started,
         problem_list=problem_list,
+        found=links.found,
+        links={kind: dict(counts) for kind, counts in links.links.items()},
     )
 
 
@@ -130,7 +135,7 @@ def _ingest_once(
     progress: Callable[[int, int, int, int], None] | None,
     lock_wait_s: float,
     options: AnalysisOptions,
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks]:
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
@@ -140,7 +145,16 @@ def _ingest_once(
         home.store.ensure()
         staging = Staging(home.staging_path, schema)
         try:
-            totals = _store_and_stage(home, staging, walk, groups, known, workers, max_file_bytes, progress, options)
+            seen = _Seen()
+            totals = _store_and_stage(
+                home, staging, walk, groups, known, workers, max_file_bytes, progress, options, seen
+            )
+            links = _link(home, seen, lock_wait_s)
+            tables = {name: Table(name, STAGED_COLUMNS[name]) for name in links.rows}
+            for name, rows in links.rows.items():
+                for row in rows:
+                    tables[name].add(**row)
+            flush(staging, tables)
             staging.close()
             home.store.durable()
             snapshot = {
@@ -163,7 +177,65 @@ def _ingest_once(
                 problem_list = catalog.snapshot_problems(tag)
         finally:
             staging.remove()
-    return recorded, problem_list, totals
+    return recorded, problem_list, totals, links
+
+
+@dataclass
+class _Seen:
+    """What the ingest saw that linking Inductor files needs."""
+
+    facts: dict[str, FolderFacts] = field(default_factory=dict)  # analysed now, by cache_key
+    known: dict[str, str] = field(default_factory=dict)  # cache_key -> folder_digest of folders analysed before
+    files: list[tuple[str, str, str, int]] = field(default_factory=list)  # (path, kind, hash, size)
+
+    def add(self, result: GroupResult) -> None:
+        prefix = "" if result.cache_key is None else result.cache_key + "/"
+        for row in result.files:
+            if row["kind"] in INDUCTOR_KINDS:
+                self.files.append((prefix + row["name"], row["kind"], row["hash"], row["size"]))
+        if result.cache_key is None or result.folder_digest is None:
+            return
+        if result.known:
+            self.known[result.cache_key] = result.folder_digest
+        elif result.analysis is not None and result.analysis.kernel is not None:
+            k = result.analysis.kernel
+            src = next(iter(result.analysis.rows.get("kernel_sources", [])), {})
+            self.facts[result.cache_key] = FolderFacts(
+                result.cache_key,
+                k["name"],
+                k.get("num_warps"),
+                k.get("num_stages"),
+                k.get("num_ctas"),
+                src.get("source_file"),
+                _shapes(src.get("tensor_shapes")),
+            )
+
+
+def _shapes(shapes: list[str] | None) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(d) for d in s.split("x")) for s in shapes or ())
+
+
+def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
+    facts = dict(seen.facts)
+    if seen.known:
+        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+            rows = {r["folder_digest"]: r for r in catalog.link_facts(list(seen.known.values()))}
+        for cache_key, digest in seen.known.items():
+            if (r := rows.get(digest)) is not None:
+                facts[cache_key] = FolderFacts(
+                    cache_key,
+                    r["name"],
+                    r["num_warps"],
+                    r["num_stages"],
+                    r["num_ctas"],
+                    r["source_file"],
+                    _shapes(r["tensor_shapes"]),
+                )
+    contents = [(path, kind, home.store.get(digest, size)) for path, kind, digest, size in seen.files]
+    links = link_inductor(contents, [facts[k] for k in sorted(facts)])
+    for path, reason in links.problems:
+        links.add("file_problems", path=path, cache_key=None, stage="inductor", reason=reason)
+    return links
 
 
 def _store_and_stage(
@@ -176,6 +248,7 @@ def _store_and_stage(
     max_file_bytes: int,
     progress: Callable[[int, int, int, int], None] | None,
     options: AnalysisOptions,
+    seen: _Seen,
 ) -> dict[str, int]:
     """Store every file and stage every row; return the snapshot's file count and byte totals."""
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
@@ -211,6 +284,7 @@ def _store_and_stage(
             for name, rows in result.analysis.rows.items():
                 for row in rows:
                     tables[name].add(**row)
+        seen.add(result)
         totals["new_bytes"] += result.new_bytes
         totals["raw_bytes"] += result.bytes_read
         totals["file_count"] += len(result.files)

@@ -1,5 +1,10 @@
 """Walk a Triton cache directory: every regular file, its kind, and the kernel folders.
 
+The directory may also be a TorchInductor cache, or any directory holding Triton caches at any depth
+(Inductor nests its own under `triton/<device>/`): a kernel folder is any directory holding `NAME.json`
+beside IR of NAME, and its path relative to the root is its `cache_key` (`HASH` for a plain cache,
+`triton/0/HASH` inside an Inductor cache). Every other file is grouped under its first path component.
+
 Symlinks are never followed (a link may point outside the cache, or loop); they are reported.
 """
 
@@ -29,6 +34,10 @@ KIND_BY_SUFFIX: tuple[tuple[str, str], ...] = (
     (".source", "source"),
     (".json", "json"),
     (".so", "module"),
+    # TorchInductor: generated Python modules, autotune winners and benchmark timings
+    (".best_config", "best_config"),
+    (".kernel_perf", "kernel_perf"),
+    (".py", "python"),
 )
 # crashed writers' temporaries: `add_kernel.json.tmp.pid_1234_5678` (≤3.1), folder `tmp.pid_1234_…` (3.2+)
 TEMP_FILE_RE = re.compile(r"\.tmp\.pid_\d+")
@@ -53,7 +62,7 @@ class WalkedFile:
     abspath: Path
     size: int
     kind: str
-    folder: str | None  # first path component when the file sits inside a folder
+    folder: str | None  # the kernel folder holding the file, else its first path component (None at the top)
 
 
 @dataclass
@@ -77,9 +86,10 @@ class Walk:
 
 
 def kernel_json(files: list[WalkedFile]) -> WalkedFile | None:
+    """The metadata JSON `NAME.json` directly in the files' folder, beside IR of NAME; None if there is none."""
     stems = {f.rel.rsplit("/", 1)[-1].rsplit(".", 1)[0] for f in files if f.kind in IR_KINDS}
     for f in files:
-        if f.kind == "json" and f.rel.count("/") == 1:
+        if f.kind == "json" and f.folder is not None and f.rel.rsplit("/", 1)[0] == f.folder:
             stem = f.rel.rsplit("/", 1)[-1][: -len(".json")]
             if stem in stems:
                 return f
@@ -96,6 +106,7 @@ def walk_cache(root: Path) -> Walk:
         _walk(root, "", 0, walk)
     except PermissionError:
         raise InputError(f"{root}: permission denied") from None
+    _assign_folders(walk)
     _mark_partial_and_temporary(walk)
     walk.files.sort(key=lambda f: f.rel)
     walk.problems.sort(key=lambda p: p.rel)
@@ -139,11 +150,41 @@ def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
             walk.problems.append(WalkProblem(rel, "not a regular file; skipped"))
 
 
+def _parent(rel: str) -> str | None:
+    return rel.rsplit("/", 1)[0] if "/" in rel else None
+
+
+def _assign_folders(walk: Walk) -> None:
+    """Each file's folder: the nearest enclosing kernel folder (at any depth), else its first component."""
+    by_dir: dict[str, list[WalkedFile]] = {}
+    for f in walk.files:
+        parent = _parent(f.rel)
+        if parent is not None:
+            by_dir.setdefault(parent, []).append(f)
+    kernel_dirs = set()
+    for directory, files in by_dir.items():
+        for f in files:
+            f.folder = directory  # as kernel_json reads it, for this check only
+        if kernel_json(files) is not None and not TEMP_DIR_RE.match(directory.rsplit("/", 1)[-1]):
+            kernel_dirs.add(directory)
+    for f in walk.files:
+        f.folder = f.rel.split("/", 1)[0] if "/" in f.rel else None
+        parent = _parent(f.rel)
+        while parent is not None:
+            if parent in kernel_dirs:
+                f.folder = parent
+                break
+            parent = _parent(parent)
+
+
 def _mark_partial_and_temporary(walk: Walk) -> None:
     by_folder: dict[str, list[WalkedFile]] = {}
     for f in walk.files:
         if f.folder is not None:
             by_folder.setdefault(f.folder, []).append(f)
+    for f in walk.files:  # a crashed writer's folder nested in an Inductor cache (`triton/0/tmp.pid_…/`)
+        if any(TEMP_DIR_RE.match(part) for part in f.rel.split("/")[1:-1]):
+            f.kind = "temporary"
     for folder, files in by_folder.items():
         if TEMP_DIR_RE.match(folder):
             for f in files:

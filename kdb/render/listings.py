@@ -66,6 +66,16 @@ def render_ingest(summary: Any) -> str:
         f"{summary.problems} problems, {summary.seconds:.1f} s"
     )
     out = line + "\n"
+    found = getattr(summary, "found", None) or {}
+    if found.get("generated_modules") or found.get("best_configs") or found.get("autotune_files"):
+        out += (
+            f"  found: {found.get('triton_caches', 0)} Triton caches ({found.get('kernel_folders', 0)} kernel folders), "
+            f"{found.get('generated_modules', 0)} generated modules, {found.get('best_configs', 0)} best configs, "
+            f"{found.get('kernel_perf', 0)} kernel_perf, {found.get('autotune_files', 0)} autotune files\n"
+        )
+        for kind, counts in sorted((getattr(summary, "links", None) or {}).items()):
+            shown = ", ".join(f"{n} {how}" for how, n in sorted(counts.items()))
+            out += f"  links {kind.replace('_', ' ')}: {shown}\n"
     for p in summary.problem_list[:20]:
         out += f"  problem: {p['path']}: {p['reason']}\n"
     if len(summary.problem_list) > 20:

@@ -18,6 +18,15 @@ class CatalogQueries(CatalogConnection):
         ).fetchall()
         return {key: frozenset(digests) for key, digests in rows}
 
+    def link_facts(self, digests: Sequence[str]) -> list[dict[str, Any]]:
+        """What an ingest links Inductor files by, for kernel folders the catalog holds already."""
+        return self._dicts(
+            "SELECT k.folder_digest, k.name, k.num_warps, k.num_stages, k.num_ctas, s.source_file, s.tensor_shapes "
+            "FROM kernel_folders k LEFT JOIN kernel_sources s USING (folder_digest) "
+            "WHERE k.folder_digest IN (SELECT unnest(?::VARCHAR[]))",
+            [list(digests)],
+        )
+
     def kernel_folders_of(self, tag: str) -> list[tuple[str, str]]:
         """(cache_key, folder_digest) of every kernel folder of a snapshot."""
         sid = self.require_snapshot(tag)
