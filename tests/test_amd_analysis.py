@@ -168,7 +168,8 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
         assert parsed.agpr_count == (int(want["agpr_count"]) if "agpr_count" in want else None)
         assert parsed.uses_dynamic_stack == (want.get("uses_dynamic_stack") == "true")
         assert co.arch == readelf_arch(kernel.hsaco_path) == kernel.meta["target"]["arch"] == entry["target"]
-        assert co.target is not None and co.target.split("--")[1].split(":")[0] == co.arch
+        # amdgcn-amd-amdhsa--gfx942 up to 3.8; amdgpu9.42-amd-amdhsa-unknown-gfx942 (LLVM's new triple) in 3.9
+        assert co.target is not None and co.target.rsplit("-", 1)[1].split(":")[0] == co.arch
         assert co.code_object_version == expected_version
         assert parsed.code_size > 0 and parsed.code_offset + parsed.code_size <= len(kernel.hsaco)
         assert parsed.wave32 == (parsed.wavefront_size == 32)
