@@ -44,7 +44,9 @@ def measure(root: Path) -> None:
                 continue
             seen.add(h)
             by_kind.setdefault(KINDS.get(p.suffix, "other"), []).append(data)
-    tar = subprocess.run(f"tar -cf - -C {root.parent} {root.name} | zstd -3 -q -c | wc -c", shell=True, capture_output=True, text=True)
+    tar = subprocess.run(
+        f"tar -cf - -C {root.parent} {root.name} | zstd -3 -q -c | wc -c", shell=True, capture_output=True, text=True
+    )
     archive = int(tar.stdout)
     plain_total = dict_total = 0
     rows = []
@@ -64,7 +66,9 @@ def measure(root: Path) -> None:
         plain_total += plain
         dict_total += min(plain, with_dict + dict_size)
         raw = sum(map(len, files))
-        rows.append(f"  {kind:8} {len(files):6} files {raw / MB:8.1f} MB -> plain {plain / MB:6.2f} MB, dict {(with_dict + dict_size) / MB:6.2f} MB")
+        rows.append(
+            f"  {kind:8} {len(files):6} files {raw / MB:8.1f} MB -> plain {plain / MB:6.2f} MB, dict {(with_dict + dict_size) / MB:6.2f} MB"
+        )
     print(f"{root}: {len(seen)} unique files; tar | zstd -3 {archive / MB:.2f} MB")
     print("\n".join(rows))
     print(

@@ -5,7 +5,8 @@
 
 Caches: the TorchInductor cache directories from an H100 (`corpus/inductor/h100-torch2.11-t3.6.0/*.tar.xz`,
 ingested whole: Triton cache + generated modules + autotune files) and the same kernels compiled for
-gfx942 with Triton 3.6.0 (`corpus/inductor/amd/*-t3.6.0-gfx942.tar.zst`, a Triton cache each).
+gfx942 (`corpus/inductor/amd/*-gfx942.tar.zst`, a Triton cache each; Triton 3.6.0 where the corpus has it,
+else the newest release there, e.g. resnet18 with 3.5.1).
 
 Per cache: the page cache is warmed (one `tar` read), then `tar | zstd -3` and the first `kdb ingest`
 (every default analysis, SASS included where nvdisasm is found; a fresh home each time) each run
@@ -34,7 +35,13 @@ MB = 1024 * 1024
 def real_caches() -> dict[str, Path]:
     caches = {f"h100/{p.name.removesuffix('.tar.xz')}": p for p in sorted(H100.glob("*.tar.xz"))}
     caches.pop("h100/triton_autotune", None)  # autotune results only, no kernel folders
-    caches |= {f"amd/{p.name.removesuffix('.tar.zst')}": p for p in sorted(AMD.glob("*-t3.6.0-gfx942.tar.zst"))}
+    # AMD: one snapshot per scenario, Triton 3.6.0 (the H100 caches' release) where there is one
+    by_scenario: dict[str, Path] = {}
+    for p in sorted(AMD.glob("*-gfx942.tar.zst")):
+        scenario = p.name.split("-t", 1)[0]
+        if scenario not in by_scenario or "-t3.6.0-" in p.name:
+            by_scenario[scenario] = p
+    caches |= {f"amd/{p.name.removesuffix('.tar.zst')}": p for p in by_scenario.values()}
     return caches
 
 

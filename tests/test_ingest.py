@@ -374,7 +374,7 @@ def test_no_nvdisasm_is_said_not_silent(unpack_snapshot, corpus_manifest, tmp_pa
         {"instr_source": "ptx", "instr_note": note, "n": n}
     ]
     key = kdb(capsys, home, "sql", "SELECT cache_key FROM kernels LIMIT 1", "--format", "json").json()[0]["cache_key"]
-    shown = kdb(capsys, home, "show", "t", key).out
+    shown = kdb(capsys, home, "show", "t", "--kernel", key).out
     assert re.search(r"^instr_source\s+ptx$", shown, re.MULTILINE)
     assert re.search(rf"^instr_note\s+{re.escape(note)}$", shown, re.MULTILINE)
     # --no-sass says so too

@@ -157,7 +157,9 @@ def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
         return to_json(details)
     parts = []
     for d in details:
-        lines = [f"{k:24} {_cell(d.get(k))}" for k in KERNEL_HEADLINE if d.get(k) is not None]
+        # the kernels view's columns, else kernel_analysis's (instr_note is there only)
+        facts = {**d.get("analysis", {}), **{k: v for k, v in d.items() if v is not None}}
+        lines = [f"{k:24} {_cell(facts.get(k))}" for k in KERNEL_HEADLINE if facts.get(k) is not None]
         out = "\n".join(lines) + "\n"
         by_group: dict[str, int] = {}
         for m in d["mix"]:
