@@ -2,6 +2,7 @@
 
     python bench/run_bench.py                      # 600 kernels (~0.26 GB cache), about 6 min on 2 cores
     python bench/run_bench.py --kernels 10000      # the scale (~4.4 GB cache, ≥ 1 GB)
+    python bench/run_bench.py --real               # the real corpus caches instead (bench/real_bench.py)
 
 Steps (every kdb command runs as a subprocess, `kdb` CLI, its own fresh home under --work):
   1. scale_cache.py builds cache A (N kernels) and cache B (A with 5% of kernels changed);
@@ -136,7 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=BENCH / ".data" / "run")
     p.add_argument("--keep", action="store_true", help="keep the generated caches and kdb home")
     p.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    p.add_argument("--real", action="store_true", help="measure on the real corpus caches (bench/real_bench.py)")
+    p.add_argument("--caches", nargs="*", default=[], help="--real: only caches whose name contains one of these")
+    p.add_argument(
+        "--repeat", type=int, default=3, help="--real: runs of each first ingest and baseline (fastest kept)"
+    )
     args = p.parse_args(argv)
+    if args.real:
+        sys.path.insert(0, str(BENCH))
+        from real_bench import bench_real
+
+        shutil.rmtree(args.work, ignore_errors=True)
+        rows = bench_real(run, store_bytes, tree_bytes, args.work, args.caches, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        if not args.keep:
+            shutil.rmtree(args.work, ignore_errors=True)
+        return 0
 
     if shutil.which("zstd") is None:
         sys.exit("zstd not found: apt-get install zstd")

@@ -3,7 +3,7 @@
 # ingest both, list them, ask the catalog which kernels spill, and diff the upgrade.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pip install -q -e .
+pip install -q -e '.[nvidia]'  # NVIDIA's nvdisasm/cuobjdump wheels: SASS mixes for NVIDIA caches
 work=$(mktemp -d)
 export KDB_HOME="$work/home"
 python corpus/unpack.py t3.3.1-gfx942 "$work/t3.3.1" >/dev/null

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -352,3 +353,56 @@ def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, c
     assert kdb(capsys, other, "ingest", str(cache), "--tag", "full", "-q").code == 0
     rows = kdb(capsys, other, "sql", "SELECT DISTINCT instr_source AS s FROM kernels", "--format", "json").json()
     assert rows == [{"s": "sass" if find_tool("nvdisasm") else "ptx"}]
+
+
+def test_no_nvdisasm_is_said_not_silent(unpack_snapshot, corpus_manifest, tmp_path, capsys, monkeypatch):
+    """Without nvdisasm the mix falls back to PTX, and the ingest summary and `kdb show` say why."""
+    n = corpus_manifest["snapshots"]["t3.6.0-sm80"]["kernel_count"]
+    cache = unpack_snapshot("t3.6.0-sm80")
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    monkeypatch.setenv("KDB_CUDA_BIN", str(empty))  # set: the only place looked, so no nvdisasm is found
+    home = tmp_path / "home"
+    res = kdb(capsys, home, "ingest", str(cache), "--tag", "t")
+    assert res.code == 0
+    note = "no SASS: no nvdisasm found (pip install 'kdb[nvidia]')"
+    assert f"{n} kernels with the PTX mix only, {note}" in res.out
+    summary = kdb(capsys, home, "ingest", str(cache), "--tag", "t2", "--format", "json").json()
+    assert summary["notes"] == {}  # known folders are not analysed again
+    q = "SELECT instr_source, instr_note, count(*) AS n FROM kernel_analysis GROUP BY ALL"
+    assert kdb(capsys, home, "sql", q, "--format", "json").json() == [
+        {"instr_source": "ptx", "instr_note": note, "n": n}
+    ]
+    key = kdb(capsys, home, "sql", "SELECT cache_key FROM kernels LIMIT 1", "--format", "json").json()[0]["cache_key"]
+    shown = kdb(capsys, home, "show", "t", "--kernel", key).out
+    assert re.search(r"^instr_source\s+ptx$", shown, re.MULTILINE)
+    assert re.search(rf"^instr_note\s+{re.escape(note)}$", shown, re.MULTILINE)
+    # --no-sass says so too
+    other = tmp_path / "other"
+    out = kdb(capsys, other, "ingest", str(cache), "--tag", "t", "--no-sass", "--format", "json").json()
+    assert out["notes"] == {"no SASS: skipped (--no-sass)": n}
+
+
+def test_nvidia_tool_wheels_are_found_first(tmp_path, monkeypatch):
+    """kdb[nvidia] installs nvidia/cu13/bin/{nvdisasm,cuobjdump} (12.x wheels: nvidia/cuda_nvdisasm/bin/…):
+    found before the Triton wheel's copies and PATH; $KDB_CUDA_BIN, when set, is the only place looked."""
+    import importlib
+
+    from kdb.analysis.nvidia import tools
+
+    site = tmp_path / "site"
+    made = []
+    for sub, name in (("cu13/bin", "nvdisasm"), ("cuda_cuobjdump/bin", "cuobjdump")):
+        path = site / "nvidia" / sub / name
+        path.parent.mkdir(parents=True)
+        path.write_text("#!/bin/sh\nexit 0\n")
+        path.chmod(0o755)
+        made.append(path)
+    monkeypatch.delenv("KDB_CUDA_BIN", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert tools.find_tools("nvdisasm")[0] == made[0]
+    assert tools.find_tools("cuobjdump")[0] == made[1]
+    monkeypatch.setenv("KDB_CUDA_BIN", str(made[1].parent))
+    assert tools.find_tools("nvdisasm") == []
+    assert tools.find_tools("cuobjdump") == [made[1]]

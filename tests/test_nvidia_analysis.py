@@ -406,3 +406,32 @@ def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_sn
         if row["cache_key"] in driver_local:
             assert row["local_bytes"] == driver_local[row["cache_key"]], row["cache_key"]
     assert not fixture or fixture["snapshot"] != snapshot or driver_local
+
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_batched_sass_equals_per_cubin_nvdisasm(snapshot: str, snapshot_kernels, monkeypatch) -> None:
+    """Many kernels' raw code disassembled by one `nvdisasm -b SMxy` process: per kernel, the same mnemonic
+    counts as one `nvdisasm -c` of its own cubin (the ingest path; tests/…/h100 caches checked by hand)."""
+    monkeypatch.setenv("KDB_CUDA_BIN", str(TOOLS))
+    kernels = snapshot_kernels(snapshot)
+    cubins = [parse_cubin(k.cubin) for k in kernels]
+    items = [
+        (c.raw_arch, next(x for x in c.kernels if x.name == k.name).code) for c, k in zip(cubins, kernels, strict=True)
+    ]
+    batched = nvtools.sass_of_code(items)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        single = list(pool.map(lambda k: (nvtools.sass_by_kernel(k.cubin) or {}).get(k.name), kernels))
+    assert len(batched) == len(kernels) > 0
+    for kernel, b, s in zip(kernels, batched, single, strict=True):
+        assert b.counts is not None and b.counts == s, kernel.folder.name
+
+
+@needs_tools
+def test_batched_sass_isolates_a_bad_kernel_and_unknown_arch(monkeypatch) -> None:
+    monkeypatch.setenv("KDB_CUDA_BIN", str(TOOLS))
+    good = bytes.fromhex("4d790000000000000000800300ea0f00")  # sm_90 EXIT
+    out = nvtools.sass_of_code([("SM90", good), ("SM90", good), ("SM1", good)])
+    assert [r.counts for r in out[:2]] == [Counter({"EXIT": 1})] * 2
+    assert out[2].counts is None and out[2].reason is not None and "SM1" in out[2].reason

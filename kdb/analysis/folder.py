@@ -19,6 +19,8 @@ from kdb.analysis.model import (
     first_file,
     text_of,
 )
+from kdb.analysis.nvidia import tools as nvtools
+from kdb.analysis.nvidia.analyze import apply_sass
 from kdb.analysis.registry import backend_for
 from kdb.errors import ParseError
 from kdb.triton.identity import canonical_kernel_name, kernel_identity
@@ -61,6 +63,7 @@ ANALYSIS_COLUMNS = [
     "asm_occupancy",
     "kernel_info",
     "instr_source",
+    "instr_note",
     "instr_count",
     "spill_count",
     "reload_count",
@@ -129,6 +132,40 @@ def analyze_folder(
     options: AnalysisOptions = DEFAULT_OPTIONS,
 ) -> FolderAnalysis:
     """Rows for one kernel folder; problems are (path relative to the cache, stage, reason)."""
+    return analyze_folders([(cache_key, folder_digest, json_file, files)], options)[0]
+
+
+FolderJob = tuple[str, str, FolderFile, list[FolderFile]]  # cache_key, folder_digest, the JSON, every file
+
+
+def analyze_folders(jobs: list[FolderJob], options: AnalysisOptions = DEFAULT_OPTIONS) -> list[FolderAnalysis]:
+    """Rows for several kernel folders; their kernels' SASS is disassembled together (one nvdisasm
+    process per architecture, not one per cubin: its start-up is what costs)."""
+    outs = [_analyze_one(cache_key, digest, json_file, files, options) for cache_key, digest, json_file, files in jobs]
+    waiting = [(out, job[1]) for out, job in zip(outs, jobs, strict=True) if out.sass is not None]
+    if waiting:
+        results = nvtools.sass_of_code([(out.sass.arch, out.sass.code) for out, _ in waiting if out.sass])
+        for (out, digest), result in zip(waiting, results, strict=True):
+            row = out.rows["kernel_analysis"][0]
+            apply_sass(out, row, digest, result)
+            _mix_summary(out, row)
+            out.sass = None  # the code bytes need not travel back from a worker
+    for (cache_key, digest, _, _), out in zip(jobs, outs, strict=True):
+        prefix = cache_key + "/"
+        for path, stage, reason in out.problems:
+            out.add(
+                "analysis_problems",
+                folder_digest=digest,
+                name=path[len(prefix) :] if path.startswith(prefix) else path,
+                stage=stage,
+                reason=reason,
+            )
+    return outs
+
+
+def _analyze_one(
+    cache_key: str, folder_digest: str, json_file: FolderFile, files: list[FolderFile], options: AnalysisOptions
+) -> FolderAnalysis:
     out = FolderAnalysis()
     try:
         meta = parse_kernel_json(json_file.data)
@@ -147,15 +184,6 @@ def analyze_folder(
     else:
         out.kernel = kernel_row(cache_key, folder_digest, meta, json_file.rel.rsplit("/", 1)[-1][: -len(".json")])
         analyze_kernel(out, folder_digest, meta, files, options)
-    prefix = cache_key + "/"
-    for path, stage, reason in out.problems:
-        out.add(
-            "analysis_problems",
-            folder_digest=folder_digest,
-            name=path[len(prefix) :] if path.startswith(prefix) else path,
-            stage=stage,
-            reason=reason,
-        )
     return out
 
 

@@ -13,11 +13,21 @@ class FolderFile:
     data: bytes
 
 
+@dataclass(frozen=True)
+class SassRequest:
+    """A kernel's SASS, left to be disassembled with other folders' kernels in one nvdisasm process."""
+
+    path: str  # the cubin, relative to the cache
+    arch: str  # as `nvdisasm -b` spells it: SM90a
+    code: bytes  # the kernel's raw .text section
+
+
 @dataclass
 class FolderAnalysis:
     kernel: dict[str, Any] | None = None  # a kernel_folders row
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # analysis table -> rows
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # (path, stage, reason)
+    sass: SassRequest | None = None  # filled by kdb.analysis.folder.analyze_folders
 
     def add(self, table: str, **row: Any) -> None:
         self.rows.setdefault(table, []).append(row)

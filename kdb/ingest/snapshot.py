@@ -46,6 +46,8 @@ class IngestSummary:
     problem_list: list[dict[str, Any]]
     found: dict[str, int] = field(default_factory=dict)  # Triton caches, generated modules, best configs, …
     links: dict[str, dict[str, int]] = field(default_factory=dict)  # link kind -> {linked how / ambiguous / missing: n}
+    # kernels analysed now whose mix is not from the best source, by why (instr_note): "no SASS: …" -> n
+    notes: dict[str, int] = field(default_factory=dict)
 
 
 def validate_tag(tag: str) -> str:
@@ -88,7 +90,7 @@ def ingest(
     workers = workers or os.cpu_count() or 1
     for attempt in range(3):
         try:
-            recorded, problem_list, totals, links = _ingest_once(
+            recorded, problem_list, totals, links, notes = _ingest_once(
                 home,
                 source,
                 tag,
@@ -119,6 +121,7 @@ def ingest(
         problem_list=problem_list,
         found=links.found,
         links={kind: dict(counts) for kind, counts in links.links.items()},
+        notes=notes,
     )
 
 
@@ -135,7 +138,7 @@ def _ingest_once(
     progress: Callable[[int, int, int, int], None] | None,
     lock_wait_s: float,
     options: AnalysisOptions,
-) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks]:
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
@@ -177,7 +180,7 @@ def _ingest_once(
                 problem_list = catalog.snapshot_problems(tag)
         finally:
             staging.remove()
-    return recorded, problem_list, totals, links
+    return recorded, problem_list, totals, links, dict(sorted(seen.notes.items()))
 
 
 @dataclass
@@ -187,8 +190,12 @@ class _Seen:
     facts: dict[str, FolderFacts] = field(default_factory=dict)  # analysed now, by cache_key
     known: dict[str, str] = field(default_factory=dict)  # cache_key -> folder_digest of folders analysed before
     files: list[tuple[str, str, str, int]] = field(default_factory=list)  # (path, kind, hash, size)
+    notes: dict[str, int] = field(default_factory=dict)  # instr_note -> kernels analysed now
 
     def add(self, result: GroupResult) -> None:
+        for row in result.analysis.rows.get("kernel_analysis", []) if result.analysis else []:
+            if row.get("instr_note"):
+                self.notes[row["instr_note"]] = self.notes.get(row["instr_note"], 0) + 1
         prefix = "" if result.cache_key is None else result.cache_key + "/"
         for row in result.files:
             if row["kind"] in INDUCTOR_KINDS:

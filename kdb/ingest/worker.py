@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdb.analysis.folder import analyze_folder
+from kdb.analysis.folder import FolderJob, analyze_folders
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
 
 # Below this many files a worker pool costs more than it saves.
 POOL_MIN_FILES = 200
+# Kernel folders per worker task: their SASS is disassembled by one nvdisasm process (~0.25 s to start,
+# where one per cubin cost that each), while enough tasks remain to keep every core busy.
+BATCH_FOLDERS = 24
 
 
 @dataclass
@@ -52,9 +55,10 @@ def _store_group(
     max_bytes: int,
     analyze: bool,
     known: frozenset[str],
-    options: AnalysisOptions,
+    jobs: list[tuple[GroupResult, FolderJob]],
 ) -> GroupResult:
-    """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store and analyse it."""
+    """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store it, and
+    (when ANALYZE) append its analysis job to JOBS."""
     store = BlobStore(Path(store_root))
     out = GroupResult(cache_key)
     read: list[tuple[WalkedFile, bytes | None, str]] = []
@@ -99,11 +103,44 @@ def _store_group(
         json_file = kernel_json(files)
         json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
         if json_contents is not None:
-            out.analysis = analyze_folder(cache_key, out.folder_digest, json_contents, contents, options)
+            jobs.append((out, (cache_key, out.folder_digest, json_contents, contents)))
     return out
 
 
-def groups_of(files: list[WalkedFile]) -> list[tuple[str | None, list[WalkedFile], bool]]:
+Group = tuple[str | None, list[WalkedFile], bool]  # folder (cache key), its files, whether it is a kernel folder
+
+
+def _store_groups(
+    store_root: str,
+    batch: list[tuple[Group, frozenset[str]]],
+    max_bytes: int,
+    options: AnalysisOptions,
+) -> list[GroupResult]:
+    """Runs in a worker: store a batch of folders, then analyse the new kernel folders together."""
+    jobs: list[tuple[GroupResult, FolderJob]] = []
+    results = [
+        _store_group(store_root, key, files, max_bytes, analyze, known, jobs) for (key, files, analyze), known in batch
+    ]
+    for (out, _), analysis in zip(jobs, analyze_folders([job for _, job in jobs], options), strict=True):
+        out.analysis = analysis
+    return results
+
+
+def batches(groups: list[Group], known: dict[str, frozenset[str]]) -> Iterator[list[tuple[Group, frozenset[str]]]]:
+    """Groups in order, BATCH_FOLDERS kernel folders (or one big run of other files) at a time."""
+    batch: list[tuple[Group, frozenset[str]]] = []
+    folders = 0
+    for group in groups:
+        batch.append((group, known.get(group[0] or "", frozenset())))
+        folders += group[2]
+        if folders >= BATCH_FOLDERS or len(batch) >= 4 * BATCH_FOLDERS:
+            yield batch
+            batch, folders = [], 0
+    if batch:
+        yield batch
+
+
+def groups_of(files: list[WalkedFile]) -> list[Group]:
     by_folder: dict[str | None, list[WalkedFile]] = {}
     for f in files:
         by_folder.setdefault(f.folder, []).append(f)
@@ -142,7 +179,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def run_groups(
     store_root: Path,
-    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    groups: list[Group],
     max_bytes: int,
     workers: int,
     known: dict[str, frozenset[str]],
@@ -150,14 +187,12 @@ def run_groups(
 ) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
-        for key, files, analyze in groups:
-            yield _store_group(
-                str(store_root), key, files, max_bytes, analyze, known.get(key or "", frozenset()), options
-            )
+        for batch in batches(groups, known):
+            yield from _store_groups(str(store_root), batch, max_bytes, options)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
-    window = 8 * workers
+    window = 2 * workers
     # Spawned, not forked: a forked worker starts with a copy of this process (the walk of a 10k-kernel
     # cache, the staging buffers), and copy-on-write turns those pages private as refcounts change;
     # measured at 10k kernels, two forked workers held ~260 MB PSS, two spawned ones ~150 MB.
@@ -167,21 +202,10 @@ def run_groups(
         initializer=_die_with_parent,
         initargs=(os.getpid(),),
     ) as pool:
-        pending: deque[Future[GroupResult]] = deque()
-        for key, files, analyze in groups:
-            pending.append(
-                pool.submit(
-                    _store_group,
-                    str(store_root),
-                    key,
-                    files,
-                    max_bytes,
-                    analyze,
-                    known.get(key or "", frozenset()),
-                    options,
-                )
-            )
+        pending: deque[Future[list[GroupResult]]] = deque()
+        for batch in batches(groups, known):
+            pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options))
             if len(pending) >= window:
-                yield pending.popleft().result()
+                yield from pending.popleft().result()
         while pending:
-            yield pending.popleft().result()
+            yield from pending.popleft().result()

@@ -76,6 +76,8 @@ def render_ingest(summary: Any) -> str:
         for kind, counts in sorted((getattr(summary, "links", None) or {}).items()):
             shown = ", ".join(f"{n} {how}" for how, n in sorted(counts.items()))
             out += f"  links {kind.replace('_', ' ')}: {shown}\n"
+    for note, n in (getattr(summary, "notes", None) or {}).items():
+        out += f"  {n} kernel{'s' if n != 1 else ''} with the PTX mix only, {note}\n"
     for p in summary.problem_list[:20]:
         out += f"  problem: {p['path']}: {p['reason']}\n"
     if len(summary.problem_list) > 20:
@@ -143,6 +145,7 @@ KERNEL_HEADLINE = (
     "occupancy_unit",
     "vgpr_headroom",
     "instr_source",
+    "instr_note",
     "instr_count",
     "spill_count",
     "reload_count",
@@ -154,7 +157,9 @@ def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
         return to_json(details)
     parts = []
     for d in details:
-        lines = [f"{k:24} {_cell(d.get(k))}" for k in KERNEL_HEADLINE if d.get(k) is not None]
+        # the kernels view's columns, else kernel_analysis's (instr_note is there only)
+        facts = {**d.get("analysis", {}), **{k: v for k, v in d.items() if v is not None}}
+        lines = [f"{k:24} {_cell(facts.get(k))}" for k in KERNEL_HEADLINE if facts.get(k) is not None]
         out = "\n".join(lines) + "\n"
         by_group: dict[str, int] = {}
         for m in d["mix"]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, add_problem, first_file, text_of
+from kdb.analysis.model import (
+    AnalysisOptions,
+    FolderAnalysis,
+    FolderFile,
+    SassRequest,
+    add_problem,
+    first_file,
+    text_of,
+)
 from kdb.analysis.nvidia import occupancy as nv_occupancy
 from kdb.analysis.nvidia import tools as nvtools
 from kdb.analysis.nvidia.cubin import parse_cubin
@@ -91,21 +99,28 @@ def analyze_nvidia(
             row.update(instr_source="ptx", instr_count=fn.total)
         except ParseError as exc:
             add_problem(out, ptx_file, "ptx", str(exc))
-    if options.sass and cubin_file is not None and kernel is not None:
-        try:
-            sass_counts = nvtools.sass_by_kernel(cubin_file.data)
-        except ParseError as exc:
-            add_problem(out, cubin_file, "sass", str(exc))
-            sass_counts = None
-        counts = (sass_counts or {}).get(kernel.name)
-        if counts:
-            row.update(instr_source="sass", instr_count=sum(counts.values()))
-            for op, count in sorted(counts.items()):
-                out.add(
-                    "instr_mix_counts",
-                    folder_digest=folder_digest,
-                    source="sass",
-                    mnemonic=op,
-                    grp=nvtools.sass_group(op),
-                    count=count,
-                )
+    if cubin_file is not None and kernel is not None:
+        if options.sass:
+            # Disassembled later, with other folders' kernels, by kdb.analysis.folder.analyze_folders.
+            out.sass = SassRequest(cubin_file.rel, cubin.raw_arch, kernel.code)
+        else:
+            row["instr_note"] = "no SASS: skipped (--no-sass)"
+
+
+def apply_sass(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, result: nvtools.SassResult) -> None:
+    """Record a kernel's SASS mix (it becomes the instr_source), or why it has none (``instr_note``)."""
+    if result.counts is None:
+        row["instr_note"] = f"no SASS: {result.reason}"
+        if result.error and out.sass is not None:
+            out.problems.append((out.sass.path, "sass", result.reason or "nvdisasm failed"))
+        return
+    row.update(instr_source="sass", instr_count=sum(result.counts.values()), instr_note=None)
+    for op, count in sorted(result.counts.items()):
+        out.add(
+            "instr_mix_counts",
+            folder_digest=folder_digest,
+            source="sass",
+            mnemonic=op,
+            grp=nvtools.sass_group(op),
+            count=count,
+        )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from elftools.common.exceptions import ELFError, ELFParseError, ELFRelocationError
 from elftools.construct.core import ConstructError
@@ -202,6 +202,7 @@ class CubinKernel:
     max_reg_count: int | None  # EIATTR_MAXREG_COUNT (.maxnreg), 0xff when unset
     num_mbarriers: int | None  # EIATTR_NUM_MBARRIERS (sm90 TMA/wgmma pipelines)
     attributes: tuple[NvInfoAttr, ...]  # .nv.info.<name>, in file order
+    code: bytes = field(default=b"", repr=False, compare=False)  # the raw .text.<name> section (SASS encodings)
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,11 @@ class Cubin:
     abi_version: int  # EI_ABIVERSION: 7 (old layout) or 8 (Blackwell / CUDA 13 layout)
     toolkit_version: int  # e_version, e.g. 128 for CUDA 12.8 ("toolkit=128" in cuobjdump -elf)
     kernels: tuple[CubinKernel, ...]  # sorted by name
+
+    @property
+    def raw_arch(self) -> str:
+        """The architecture as ``nvdisasm -b`` spells it: ``SM90a``, ``SM80``."""
+        return f"SM{self.arch}{'a' if self.arch_specific else ''}"
 
 
 def decode_arch(e_flags: int, abi_version: int) -> tuple[int, bool, int | None]:
@@ -387,6 +393,7 @@ def _parse(data: bytes) -> Cubin:  # noqa: C901 (one ELF walk: sections, symbols
                 max_reg_count=maxreg.value if maxreg is not None else None,
                 num_mbarriers=mbar.value if mbar is not None else None,
                 attributes=attrs,
+                code=text.data(),
             )
         )
     kernels.sort(key=lambda k: k.name)

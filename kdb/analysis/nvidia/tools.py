@@ -1,15 +1,31 @@
 """NVIDIA binary tools (cuobjdump, nvdisasm): where to find them, and SASS opcode counts.
 
-Triton wheels ship both tools under ``triton/backends/nvidia/bin/``, so a machine that compiled the
-kernels usually has them even without a CUDA toolkit. Search order: ``$KDB_CUDA_BIN``, the active
-interpreter's installed ``triton`` package (located without importing it, which would be slow and
-would initialise its backends), then ``PATH``.
+Search order (every one located without importing anything, which would be slow and, for triton,
+would initialise its backends):
+
+1. ``$KDB_CUDA_BIN``: the user's explicit choice; when set, the only place looked (an empty folder
+   turns SASS off);
+2. NVIDIA's tool wheels that ``pip install 'kdb[nvidia]'`` brings (``nvidia-cuda-nvdisasm``,
+   ``nvidia-cuda-cuobjdump``; 13.x put the tools in ``nvidia/cu13/bin/``, 12.x in
+   ``nvidia/cuda_nvdisasm/bin/`` and ``nvidia/cuda_cuobjdump/bin/``): installed for kdb on purpose,
+   and the newest, so they decode the newest architectures;
+3. the ``triton`` wheel's own copies (``triton/backends/nvidia/bin/``; Triton 3.6 ships CUDA 12.8's,
+   which cannot decode sm_103): a machine that compiled the kernels has them without a toolkit;
+4. ``PATH`` (a system CUDA toolkit, often older than either wheel).
+
+When one nvdisasm cannot decode an architecture, the next one found is tried for it.
+
+SASS is counted from each kernel's raw ``.text`` section: ``nvdisasm -b SMxy`` reads a raw
+instruction stream, so the code of many kernels is concatenated and disassembled by one process
+(nvdisasm takes one file per call, and its cost is its start-up, ~0.25 s, not the instructions;
+``cuobjdump -sass`` on a fatbin of many cubins was measured at ~0.4 s per cubin, no better).
 
 This module runs subprocesses; the parsers (``kdb.analysis.nvidia.cubin``, ``ptx``) never do.
 """
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
 import os
 import re
@@ -17,6 +33,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from kdb.errors import ParseError
@@ -48,21 +65,52 @@ def triton_bin_dir() -> Path | None:
     return None
 
 
-def find_tool(name: str) -> Path | None:
-    """Path of an executable NVIDIA tool (``cuobjdump``, ``nvdisasm``), or None when none is found."""
-    dirs: list[Path] = []
+# Where NVIDIA's tool wheels (kdb[nvidia]) put their binaries, under the `nvidia` namespace package.
+NVIDIA_WHEEL_BIN_DIRS = ("cu13/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin", "cu12/bin")
+INSTALL_HINT = "pip install 'kdb[nvidia]'"
+
+
+def nvidia_wheel_bin_dirs() -> list[Path]:
+    """Bin folders of NVIDIA's CUDA tool wheels installed for the current interpreter."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [
+        Path(location) / sub
+        for location in spec.submodule_search_locations
+        for sub in NVIDIA_WHEEL_BIN_DIRS
+        if (Path(location) / sub).is_dir()
+    ]
+
+
+def find_tools(name: str) -> list[Path]:
+    """Every executable NVIDIA tool of this name (``cuobjdump``, ``nvdisasm``), in search order."""
     env = os.environ.get(ENV_VAR)
     if env:
-        dirs.append(Path(env))
+        candidate = Path(env) / name
+        return [candidate] if candidate.is_file() and os.access(candidate, os.X_OK) else []
+    dirs = nvidia_wheel_bin_dirs()
     wheel = triton_bin_dir()
     if wheel is not None:
         dirs.append(wheel)
+    found: list[Path] = []
     for d in dirs:
         candidate = d / name
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which(name)
-    return Path(found) if found else None
+        if candidate.is_file() and os.access(candidate, os.X_OK) and candidate not in found:
+            found.append(candidate)
+    on_path = shutil.which(name)
+    if on_path and Path(on_path) not in found:
+        found.append(Path(on_path))
+    return found
+
+
+def find_tool(name: str) -> Path | None:
+    """Path of the first executable NVIDIA tool (``cuobjdump``, ``nvdisasm``), or None when none is found."""
+    tools = find_tools(name)
+    return tools[0] if tools else None
 
 
 def base_opcode(opcode: str) -> str:
@@ -137,3 +185,86 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
         reason = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[0]
         raise ParseError(f"nvdisasm could not read the cubin: {reason}")
     return parse_nvdisasm(proc.stdout)
+
+
+@dataclass(frozen=True)
+class SassResult:
+    """One kernel's SASS opcode counts, or why there are none (``reason``; ``error`` when nvdisasm failed)."""
+
+    counts: Counter[str] | None
+    reason: str | None = None
+    error: bool = False
+
+
+# An instruction line of `nvdisasm -b SMxy` (raw mode): its byte offset and opcode.
+RAW_INSTR_RE = re.compile(
+    r"^\s*/\*([0-9a-f]+)\*/\s+\{?\s*(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", re.MULTILINE
+)
+# nvdisasm's messages for an architecture it does not know (too old a tool for the cubin).
+UNKNOWN_ARCH = ("Cannot decode architecture", "is not defined for option", "not a valid value", "Unsupported")
+
+
+def sass_of_code(items: list[tuple[str, bytes]]) -> list[SassResult]:
+    """SASS opcode counts of raw kernel code, ``(arch, .text bytes)`` each (arch as ``nvdisasm -b``
+    spells it: ``SM90a``), with one nvdisasm process per architecture for the whole list."""
+    results: list[SassResult] = [SassResult(None, f"no nvdisasm found ({INSTALL_HINT})")] * len(items)
+    tools = find_tools("nvdisasm")
+    if not tools:
+        return results
+    by_arch: dict[str, list[int]] = {}
+    for i, (arch, _) in enumerate(items):
+        by_arch.setdefault(arch, []).append(i)
+    for arch, indices in by_arch.items():
+        codes = [items[i][1] for i in indices]
+        for i, result in zip(indices, _sass_arch(tools, arch, codes), strict=True):
+            results[i] = result
+    return results
+
+
+def _sass_arch(tools: list[Path], arch: str, codes: list[bytes]) -> list[SassResult]:
+    reason = f"no nvdisasm here can decode {arch}"
+    for tool in tools:
+        out = _sass_raw(tool, arch, codes)
+        if out is None:  # this nvdisasm does not know the architecture: try the next one
+            continue
+        if isinstance(out, list):
+            return out
+        if len(codes) == 1:
+            return [SassResult(None, out, error=True)]
+        # The batch failed: disassemble one by one, so that only the bad kernel goes without SASS.
+        return [r for code in codes for r in _sass_arch([tool], arch, [code])]
+    return [SassResult(None, reason)] * len(codes)
+
+
+def _sass_raw(tool: Path, arch: str, codes: list[bytes]) -> list[SassResult] | str | None:
+    """Counts per code; a reason string when nvdisasm failed; None when it cannot decode ARCH."""
+    starts: list[int] = []
+    offset = 0
+    for code in codes:
+        starts.append(offset)
+        offset += len(code)
+    with tempfile.TemporaryDirectory(prefix="kdb-sass-") as tmp:
+        path = Path(tmp) / "code.bin"
+        path.write_bytes(b"".join(codes))
+        try:
+            proc = subprocess.run(
+                [str(tool), "-b", arch, str(path)],
+                capture_output=True,
+                text=True,
+                timeout=TOOL_TIMEOUT_S + len(codes),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"nvdisasm took longer than {TOOL_TIMEOUT_S + len(codes)} s"
+    if proc.returncode != 0:
+        if any(m in proc.stderr for m in UNKNOWN_ARCH):
+            return None
+        return (
+            "nvdisasm could not read the code: "
+            + (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[0]
+        )
+    counts: list[Counter[str]] = [Counter() for _ in codes]
+    for m in RAW_INSTR_RE.finditer(proc.stdout):
+        at = int(m.group(1), 16)
+        counts[bisect.bisect_right(starts, at) - 1][m.group(2)] += 1
+    return [SassResult(c) if c else SassResult(None, "nvdisasm listed no instructions", error=True) for c in counts]
