@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +14,7 @@ import typer
 
 from kdb import __version__
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
+from kdb.progress import ingest_progress, progress_bar
 from kdb.render import examples, listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
@@ -139,7 +140,7 @@ def ingest(
     with ExitStack() as stack:
         on_progress = None
         if not quiet and sys.stderr.isatty():
-            bar, task = stack.enter_context(_progress())
+            bar, task = stack.enter_context(progress_bar())
 
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
@@ -162,45 +163,6 @@ def ingest(
         _out(listings.render_ingest(summary))
     if summary.problems:
         raise typer.Exit(ExitCode.FINDINGS)
-
-
-def _progress():
-    from contextlib import contextmanager
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-    @contextmanager
-    def cm():
-        columns = [
-            TextColumn("ingest"),
-            BarColumn(),
-            TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
-            TextColumn("{task.fields[rate]}"),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-        ]
-        import time
-
-        start = time.monotonic()
-
-        class RateProgress(Progress):
-            def get_renderables(self):  # files/s computed here so it refreshes with the bar
-                for t in self.tasks:
-                    elapsed = max(time.monotonic() - start, 1e-6)
-                    t.fields["rate"] = f"{t.fields.get('files', 0) / elapsed:.0f} files/s"
-                yield from super().get_renderables()
-
-        with RateProgress(*columns, transient=True, console=_stderr_console()) as bar:
-            task = bar.add_task("ingest", total=None, files=0, total_files=0, rate="")
-            yield bar, task
-
-    return cm()
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(file=sys.stderr)
 
 
 @app.command(epilog=examples.TAGS_EPILOG)
@@ -600,27 +562,8 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     from kdb.ingest.temporary import temporary_snapshot
 
     with (
-        _ingest_progress(path) as progress,
+        ingest_progress(path) as progress,
         temporary_snapshot(path, state.wait, progress) as (temp_home, tag),
         Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
     ):
         yield catalog, temp_home.store, tag, str(path)
-
-
-@contextmanager
-def _ingest_progress(path: Path) -> Iterator[Callable[[int, int, int, int], None] | None]:
-    """Progress of ingesting a `kdb diff` directory on stderr: a bar on a terminal, else a line before and after."""
-    import time
-
-    start = time.monotonic()
-    if sys.stderr.isatty():
-        with _progress() as (bar, task):
-
-            def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
-                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
-
-            yield update
-    else:
-        sys.stderr.write(f"kdb: ingesting {path} into a temporary snapshot…\n")
-        yield None
-    sys.stderr.write(f"kdb: ingested {path} in {time.monotonic() - start:.1f} s\n")

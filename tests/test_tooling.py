@@ -43,13 +43,14 @@ ALLOWED_IMPORTS = {
     "errors": set(),
     "render": set(),
     "terminal": set(),
+    "progress": set(),
     "triton": {"errors"},
     "analysis": {"errors", "triton"},
     "store": {"errors"},
     "ingest": {"kdb", "errors", "store", "analysis", "triton"},
     "diff": {"errors", "store", "triton", "render"},
     "report": {"errors", "diff", "render"},
-    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render", "report", "terminal"},
+    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render", "report", "terminal", "progress"},
     "__main__": {"cli"},
 }
 

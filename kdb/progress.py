@@ -1,0 +1,68 @@
+"""Progress on stderr while the CLI ingests (rich's bar on a terminal, a line before and after otherwise).
+
+Part of the CLI layer: only kdb/cli.py imports it; it prints to stderr, never to stdout."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def progress_bar():
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    @contextmanager
+    def cm():
+        columns = [
+            TextColumn("ingest"),
+            BarColumn(),
+            TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
+            TextColumn("{task.fields[rate]}"),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+        ]
+        import time
+
+        start = time.monotonic()
+
+        class RateProgress(Progress):
+            def get_renderables(self):  # files/s computed here so it refreshes with the bar
+                for t in self.tasks:
+                    elapsed = max(time.monotonic() - start, 1e-6)
+                    t.fields["rate"] = f"{t.fields.get('files', 0) / elapsed:.0f} files/s"
+                yield from super().get_renderables()
+
+        with RateProgress(*columns, transient=True, console=stderr_console()) as bar:
+            task = bar.add_task("ingest", total=None, files=0, total_files=0, rate="")
+            yield bar, task
+
+    return cm()
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(file=sys.stderr)
+
+
+@contextmanager
+def ingest_progress(path: Path) -> Iterator[Callable[[int, int, int, int], None] | None]:
+    """Progress of ingesting a `kdb diff` directory on stderr: a bar on a terminal, else a line before and after."""
+    import time
+
+    start = time.monotonic()
+    if sys.stderr.isatty():
+        with progress_bar() as (bar, task):
+
+            def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
+                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
+
+            yield update
+    else:
+        sys.stderr.write(f"kdb: ingesting {path} into a temporary snapshot…\n")
+        yield None
+    sys.stderr.write(f"kdb: ingested {path} in {time.monotonic() - start:.1f} s\n")
