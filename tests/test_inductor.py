@@ -23,8 +23,6 @@ INDUCTOR = ["gpt2_train", "mlp_train_maxautotune", "resnet18_infer_maxautotune"]
 # best configs whose oracle folder exists in the cache (confirmed) / does not (no evidence)
 CONFIRMED = {"gpt2_train": (12, 8), "mlp_train_maxautotune": (14, 6), "resnet18_infer_maxautotune": (6, 7)}
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="corpus/inductor not present")
-
 
 def _kdb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -182,3 +180,16 @@ def test_export_is_byte_for_byte(ingested, tmp_path):
         return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
 
     assert tree(dest) == tree(src)
+
+
+def test_show_refuses_a_key_prefix_that_several_kernels_share(ingested):
+    """Kernel folders of an Inductor directory are keyed by their path (`triton/0/<hash>`): `triton` is a
+    prefix of every one of them, so `show --kernel triton` must refuse it rather than pick one."""
+    _, home, _ = ingested
+    tag = INDUCTOR[0]
+    keys = [r["cache_key"] for r in _sql(home, f"SELECT cache_key FROM kernels WHERE tag = '{tag}'")]
+    assert len(keys) > 1 and all(k.startswith("triton/") for k in keys)
+    proc = _kdb(home, "show", tag, "--kernel", "triton")
+    assert proc.returncode == 2 and "ambiguous" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    one = _kdb(home, "show", tag, "--kernel", keys[0][: len("triton/0/") + 8])
+    assert one.returncode == 0 and keys[0] in one.stdout, one.stderr
