@@ -47,7 +47,7 @@ def _assert_scores(scores: list[pm.PairScore], minimum_true_pairs: int) -> None:
 def test_corpus_covers_every_release_and_real_inductor_kernels(corpus_snapshots) -> None:
     releases = Counter(s.target for s in corpus_snapshots if s.group == "suite")
     assert releases["hip:gfx942"] >= 10 and releases["hip:gfx950"] >= 8, releases
-    for target in ("hip:gfx90a", "hip:gfx1100", "hip:gfx1201", "cuda:80", "cuda:90"):
+    for target in ("hip:gfx90a", "hip:gfx1100", "hip:gfx1201", "cuda:sm80", "cuda:sm90"):
         assert releases[target] >= 3, (target, releases)
     inductor = Counter(s.group for s in corpus_snapshots if s.group.startswith("inductor:"))
     assert inductor and all(n >= 2 for n in inductor.values()), inductor
