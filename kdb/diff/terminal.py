@@ -168,7 +168,7 @@ def _fired_section(r: DiffResult, opts: TableOptions) -> str:
 
 def winners_section(winners: tuple[WinnerDiff, ...], width: int, limit: int = FIRED_LISTED) -> str:
     """The autotune winners: a summary line, then each flip and each winner whose folder got worse."""
-    out = winners_summary(winners) + "\n"
+    out = elide_end(winners_summary(winners), max(width, 40)) + "\n"
     shown = listed(winners)
     for w in shown[:limit]:
         out += "".join(elide_end(line, max(width, 40)) + "\n" for line in winner_lines(w))

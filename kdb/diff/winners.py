@@ -180,7 +180,7 @@ def winners_summary(winners: tuple[WinnerDiff, ...]) -> str:
     worse = sum(1 for w in winners if w.worse)
     text = f"autotune winners: {paired} paired, {counts['flip']} flipped, {worse} worse on resources"
     if counts["only_a"] or counts["only_b"]:
-        text += f"; {counts['only_a']} only in A, {counts['only_b']} only in B (module renamed or not tuned)"
+        text += f"; {counts['only_a']} only in A, {counts['only_b']} only in B (not tuned on the other side, or the module renamed)"
     unchecked = sum(1 for w in winners if w.unchecked)
     if unchecked:
         text += f"; {unchecked} without a linked folder on a side"
