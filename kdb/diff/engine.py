@@ -30,6 +30,7 @@ from kdb.diff.model import (
 )
 from kdb.diff.rules import classify, evaluate_rule, trust_problem
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
+from kdb.diff.winners import compare_winners
 from kdb.errors import UsageError
 from kdb.triton.normalize import metadata_view
 
@@ -198,6 +199,9 @@ def compare(
             fired_set.update(fired)
         kernels.append(kd)
         rows[id(kd)] = (p.a, p.b)
+    winners = compare_winners(sa, sb, rules)
+    for w in winners:
+        fired_set.update(w.fired_rules)
     kernels.sort(key=_report_order)
     result = DiffResult(
         sa.label,
@@ -211,6 +215,7 @@ def compare(
         _targets(sa.kernels),
         _targets(sb.kernels),
         min_match=min_match,
+        winners=winners,
     )
     return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
 

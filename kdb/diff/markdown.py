@@ -6,9 +6,10 @@ Pure functions."""
 
 from __future__ import annotations
 
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
 from kdb.diff.terminal import HEADERS, TableOptions, kernel_key, row, rows_shown, summary_line
 from kdb.diff.views import view_markdown
+from kdb.diff.winners import config_text, listed, resources_text, timing_text, winners_summary
 from kdb.render.tables import elide_end, elide_middle
 
 COMMENT_LIMIT = 65_536
@@ -53,6 +54,12 @@ class _Budget:
 def _fired(r: DiffResult, budget: _Budget) -> None:
     for rule in r.fired:
         hits = [k for k in r.kernels if rule in k.fired_rules]
+        won = [w for w in r.winners if rule in w.fired_rules]
+        if won and not hits:
+            text = f"**fired `{rule}`** on {len(won)} autotune winner{'s' * (len(won) != 1)} (below)\n\n"
+            if budget.fits(text):
+                budget.add(text)
+            continue
         head = f"**fired `{rule}`** on {len(hits)} kernel{'s' * (len(hits) != 1)}:\n\n"
         if not budget.fits(head):
             continue
@@ -70,6 +77,40 @@ def _fired(r: DiffResult, budget: _Budget) -> None:
         if listed < len(hits):
             budget.add(f"- … and {len(hits) - listed} more (`--format json` lists every kernel's `fired_rules`)\n")
         budget.add("\n")
+
+
+_WINNER_HEAD = "| kernel | A winner | B winner | A resources | B resources | worse |\n|---|---|---|---|---|---|\n"
+
+
+def _winner_cell(w: Winner | None, text: str) -> str:
+    if w is None:
+        return "-"
+    timing = timing_text(w)
+    return _esc(elide_end(f"{text}{' (' + timing + ')' if timing else ''}", REASON_WIDTH))
+
+
+def _winners(r: DiffResult, b: _Budget, top: int) -> None:
+    b.add(f"\n#### Autotune winners\n\n{winners_summary(r.winners)}.\n\n")
+    shown = listed(r.winners)
+    if not shown:
+        return
+    b.add(_WINNER_HEAD)
+    done = 0
+    for w in shown[:top]:
+        line = (
+            f"| `{_esc(elide_middle(w.name, NAME_WIDTH))}` {w.status}"
+            f"{' `' + _esc(elide_middle(w.module, 24)) + '`' if w.module else ''} "
+            f"| {_winner_cell(w.a, config_text(w.a.config) if w.a else '')} "
+            f"| {_winner_cell(w.b, config_text(w.b.config) if w.b else '')} "
+            f"| {_esc(resources_text(w.a)) if w.a else '-'} | {_esc(resources_text(w.b)) if w.b else '-'} "
+            f"| {_esc(', '.join(w.worse) or (w.unchecked or ''))} |\n"
+        )
+        if not b.fits(line, 2 * _TRAILER):
+            break
+        b.add(line)
+        done += 1
+    if done < len(shown):
+        b.add(f"\n{len(shown) - done} more winners not listed; `--format json` lists every winner.\n")
 
 
 def render_markdown(
@@ -117,6 +158,8 @@ def render_markdown(
     unpaired = [f"{r.count(s)} {s.label}" for s in UNPAIRED if r.count(s)]
     notes = [f"{r.count(Status.SAME)} same"] + unpaired
     b.add(f"\n{', '.join(notes)} (`--format json` lists them).\n")
+    if r.winners:
+        _winners(r, b, top)
     views = views or []
     for i, v in enumerate(views):
         room = b.limit - b.used - 200

@@ -169,6 +169,49 @@ class KernelDiff:
         return facts.target if facts else None
 
 
+@dataclass(frozen=True, slots=True)
+class Winner:
+    """One side's autotune winner: the config that won, its timings, and the kernel folder compiled for it
+    (kdb/ingest/inductor.py links them at ingest; `facts` is None when no folder is linked)."""
+
+    source: str  # best_config, autotune_json
+    path: str  # the file, relative to the ingested directory
+    config: Mapping[str, Any]  # {"kwargs": {...}, "num_warps": …, "num_stages": …}
+    time_ms: float | None  # best_config: the module's kernel_perf; autotune_json: the config's median
+    tuning_ms: float | None  # best_config: time_taken_ms (how long autotuning took)
+    found_by_coordesc: bool | None
+    cache_key: str | None
+    link: str  # hash, config, ambiguous, missing
+    link_detail: str | None
+    facts: KernelFacts | None
+
+
+# Winner statuses: the same config won, another config won (a flip), a winner on one side only.
+WINNER_STATUSES: tuple[str, ...] = ("flip", "same", "only_a", "only_b")
+
+
+@dataclass(frozen=True, slots=True)
+class WinnerDiff:
+    """The autotune winners of one Inductor kernel (module path + kernel name) on both sides."""
+
+    status: str  # one of WINNER_STATUSES
+    source: str
+    module: str | None
+    kernel: str | None
+    a: Winner | None = None
+    b: Winner | None = None
+    worse: tuple[str, ...] = ()  # how B's winner's folder is worse than A's: "spills 0→4", "occupancy 8→4"
+    unchecked: str | None = None  # why resources were not compared (a winner with no linked folder)
+    fired_rules: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.kernel or (self.a or self.b or _NO_WINNER).path
+
+
+_NO_WINNER = Winner("", "-", {}, None, None, None, None, "missing", None, None)
+
+
 @dataclass(frozen=True)
 class DiffResult:
     a_label: str
@@ -183,6 +226,10 @@ class DiffResult:
     b_targets: tuple[str, ...]
     trust_problem: str | None = None
     min_match: float = DEFAULT_MIN_MATCH
+    winners: tuple[WinnerDiff, ...] = ()
+
+    def winner_count(self, status: str) -> int:
+        return sum(1 for w in self.winners if w.status == status)
 
     def count(self, status: Status) -> int:
         return sum(1 for k in self.kernels if k.status is status)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kdb.diff.markdown import render_markdown
-from kdb.diff.model import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff, KernelFacts
+from kdb.diff.model import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff, KernelFacts, Winner, WinnerDiff
 from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, render_table, summary_line
 from kdb.diff.views import view_text
 from kdb.render.tables import table_csv, to_json
@@ -53,10 +53,58 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
         "rules": [x.text for x in r.rules],
         "fired_rules": r.fired,
         "kernels": [kernel_document(k) for k in r.kernels],
+        "winners": [winner_document(w) for w in r.winners],
     }
     if views:
         doc["deep"] = [view_document(v) for v in views]
     return doc
+
+
+WINNER_FACTS = (
+    "registers",
+    "vgpr_count",
+    "agpr_count",
+    "sgpr_count",
+    "vgpr_spill_count",
+    "sgpr_spill_count",
+    "scratch_bytes",
+    "stack_bytes",
+    "local_bytes",
+    "occupancy",
+    "occupancy_limiter",
+    "occupancy_llvm",
+)
+
+
+def _winner_side(w: Winner | None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return {
+        "source": w.source,
+        "path": w.path,
+        "config": w.config,
+        "time_ms": w.time_ms,
+        "tuning_ms": w.tuning_ms,
+        "found_by_coordesc": w.found_by_coordesc,
+        "cache_key": w.cache_key,
+        "link": w.link,
+        "link_detail": w.link_detail,
+        "resources": {c: w.facts.get(c) for c in WINNER_FACTS} if w.facts else None,
+    }
+
+
+def winner_document(w: WinnerDiff) -> dict[str, Any]:
+    return {
+        "status": w.status,
+        "source": w.source,
+        "module": w.module,
+        "kernel": w.kernel,
+        "a": _winner_side(w.a),
+        "b": _winner_side(w.b),
+        "worse": w.worse,
+        "unchecked": w.unchecked,
+        "fired_rules": w.fired_rules,
+    }
 
 
 def view_document(v: KernelDeepView) -> dict[str, Any]:

@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kdb.diff import verdict
-from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status, spills
+from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status, WinnerDiff, spills
 from kdb.errors import UsageError
 
 REGISTER_COLUMN = {"vgpr": "vgpr_count", "sgpr": "sgpr_count", "agpr": "agpr_count", "registers": "registers"}
-SIMPLE_RULES = ("occupancy-drop", "new-spills", "scratch-increase", "unmatched", "any-change")
+WINNER_RULES = ("winner-flip", "winner-spills")
+SIMPLE_RULES = ("occupancy-drop", "new-spills", "scratch-increase", "unmatched", "any-change", *WINNER_RULES)
 # `vgpr:+12`, `registers:+10%`
 _REG_RULE = re.compile(r"^(vgpr|sgpr|agpr|registers):\+(\d+(?:\.\d+)?)(%?)$")
 
@@ -27,6 +28,9 @@ def parse_rules(texts: list[str]) -> list[Rule]:
                        (sgpr:, agpr:, registers: the same)
     unmatched          any kernel is only in A, only in B, or ambiguous
     any-change         any kernel changed or is unmatched
+    winner-flip        another config won autotuning for a kernel both snapshots tuned (Inductor caches)
+    winner-spills      a kernel's B winner (its linked kernel folder) spills more, uses more scratch or
+                       local memory, or has a lower occupancy than its A winner
     """
     rules = []
     for text in texts:
@@ -75,7 +79,33 @@ def _grew(a: KernelFacts, b: KernelFacts, columns: tuple[str, ...]) -> bool:
     return any(a.get(c) is not None and b.get(c) is not None and b.get(c) > a.get(c) for c in columns)
 
 
+def winner_worse(a: KernelFacts, b: KernelFacts) -> list[str]:
+    """How B's winner's kernel folder is worse than A's: more spills, more scratch/stack/local memory,
+    lower occupancy (each as `what a→b`); empty when it is not."""
+    out = []
+    sa, sb = spills(a), spills(b)
+    if sa is not None and sb is not None and sb > sa:
+        out.append(f"spills {sa}→{sb}")
+    for col, what in (("scratch_bytes", "scratch"), ("stack_bytes", "stack"), ("local_bytes", "local memory")):
+        if _grew(a, b, (col,)):
+            out.append(f"{what} {a.get(col)}→{b.get(col)} bytes")
+    for col, what in (("occupancy", "occupancy"), ("occupancy_llvm", "compiler occupancy")):
+        if _grew(b, a, (col,)):
+            out.append(f"{what} {a.get(col)}→{b.get(col)}")
+    return out
+
+
+def evaluate_winner_rule(rule: Rule, wd: WinnerDiff) -> bool:
+    if rule.kind == "winner-flip":
+        return wd.status == "flip"
+    if rule.kind == "winner-spills":
+        return bool(wd.worse)
+    return False
+
+
 def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
+    if rule.kind in WINNER_RULES:  # judged on the autotune winners (evaluate_winner_rule)
+        return False
     if rule.kind == "unmatched":
         return not kd.status.paired
     if rule.kind == "any-change":

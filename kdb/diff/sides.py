@@ -30,6 +30,7 @@ class Side:
     kernels: list[Row]  # with instr_mix_digest and instr_groups: enough for an unchanged mix
     mnemonics: dict[str, dict[str, int]] = field(default_factory=dict)  # filled by load_mnemonics
     files: dict[str, list[Row]] | None = None  # filled on first use
+    winners: list[Row] = field(default_factory=list)  # autotune winners (Inductor caches), with their folders
 
     def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
         """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
@@ -89,7 +90,7 @@ def load_side(catalog: Catalog, store: BlobStore, tag: str, label: str) -> Side:
     with without_cycle_collector():
         kernels = catalog.diff_kernels(tag)
         kernels.sort(key=lambda k: (k["name"], k["cache_key"]))  # in Python: cheaper than ORDER BY here
-        side = Side(label, store, tag, catalog, kernels)
+        side = Side(label, store, tag, catalog, kernels, winners=catalog.diff_winners(tag))
         for k in side.kernels:
             if k.get("identity") is None:
                 _fill_identity(side, k)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
+from kdb.diff.winners import listed, winner_lines, winners_summary
 from kdb.render.tables import elide_end, elide_middle, fitted_table, paint
 
 ONLY = ("regressed", "improved", "changed", "fired", "new-spills", "unmatched")
@@ -147,6 +148,14 @@ def _fired_section(r: DiffResult, opts: TableOptions) -> str:
     out = ""
     for rule in r.fired:
         hits = [k for k in r.kernels if rule in k.fired_rules]
+        won = [w for w in r.winners if rule in w.fired_rules]
+        if won and not hits:
+            out += paint(f"fired {rule}: {len(won)} autotune winner{'s' * (len(won) != 1)}", "red", opts.color) + "\n"
+            for w in won[:FIRED_LISTED]:
+                out += elide_end(f"  {w.name}  {', '.join(w.worse) or w.status}  {w.module or ''}", opts.width) + "\n"
+            if len(won) > FIRED_LISTED:
+                out += f"  … and {len(won) - FIRED_LISTED} more (the winners section below)\n"
+            continue
         out += paint(f"fired {rule}: {len(hits)} kernel{'s' * (len(hits) != 1)}", "red", opts.color) + "\n"
         for k in hits[:FIRED_LISTED]:
             name_width = max(min(len(k.name), opts.width // 2), 12)
@@ -154,6 +163,17 @@ def _fired_section(r: DiffResult, opts: TableOptions) -> str:
             out += elide_end(text.rstrip(), opts.width) + "\n"
         if len(hits) > FIRED_LISTED:
             out += f"  … and {len(hits) - FIRED_LISTED} more (--only fired lists them)\n"
+    return out
+
+
+def winners_section(winners: tuple[WinnerDiff, ...], width: int, limit: int = FIRED_LISTED) -> str:
+    """The autotune winners: a summary line, then each flip and each winner whose folder got worse."""
+    out = elide_end(winners_summary(winners), max(width, 40)) + "\n"
+    shown = listed(winners)
+    for w in shown[:limit]:
+        out += "".join(elide_end(line, max(width, 40)) + "\n" for line in winner_lines(w))
+    if len(shown) > limit:
+        out += f"… and {len(shown) - limit} more (--format json lists every winner)\n"
     return out
 
 
@@ -194,6 +214,8 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
         notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
     if notes:
         out += "\n" + "\n".join(notes) + "\n"
+    if r.winners:
+        out += "\n" + winners_section(r.winners, opts.width)
     if r.rules:
         out += f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}\n"
     if r.trust_problem:

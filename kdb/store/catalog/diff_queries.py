@@ -29,6 +29,21 @@ class DiffQueries(CatalogConnection):
             [sid],
         )
 
+    def diff_winners(self, tag: str) -> list[dict[str, Any]]:
+        """The autotune winners of a snapshot (`.best_config` files, and the best entries of Triton's
+        `*.autotune.json`), with the kernel folder each is linked to (schema/005_inductor.sql)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            """
+            SELECT source, path, entry, kernel_name, module_path, key, config, time_ms, tuning_ms,
+                   found_by_coordesc, cache_key, link, link_detail
+            FROM autotune_results
+            WHERE snapshot_id = ? AND is_best
+            ORDER BY source, path, entry
+            """,
+            [sid],
+        )
+
     def kernel_documents(self, folder_digests: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Triton JSON, code-object metadata, descriptor and `; Kernel info` of some kernel folders."""
         rows = self._dicts(
