@@ -3,6 +3,8 @@ transactions, bulk inserts and the helpers every catalog query shares."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +15,13 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import duckdb
+
+# DuckDB 1.5's Python client tries `import pandas` for every parameter value it converts (to recognise
+# pandas objects). Where pandas is not installed each try searches sys.path again: 4 failed imports per
+# value made a 50,000-row insert take 7.1 s instead of 0.6 s. A None entry makes the import fail at once,
+# which is what it would do anyway.
+if importlib.util.find_spec("pandas") is None:
+    sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
 from kdb.store.catalog import lake
