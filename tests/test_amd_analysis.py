@@ -186,22 +186,25 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
         asm_text = kernel.text("amdgcn")
         assert asm_text is not None
         asm = parse_amdgcn(asm_text).kernels[0]
-        waves, limiter = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count)
+        # What the descriptor allocates can exceed what the kernel uses (Triton's waves_per_eu): LLVM's figure
+        # follows the allocation.
+        alloc = {"allocated_vgprs": k.descriptor_vgprs, "waves_per_eu": kernel.meta.get("waves_per_eu")}
+        waves, limiter = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count, **alloc)
         if (comment := OCCUPANCY_RE.search(asm_text)) is not None:
             with_comment += 1
             assert waves == int(comment.group(1)) == asm.occupancy, kernel.folder.name
             info = asm.kernel_info
             # Targets without AGPRs print only NumVgprs, which is then the total.
-            assert info.get("TotalNumVgprs", info["NumVgprs"]) == k.vgpr_count == info["NumVGPRsForWavesPerEU"]
+            assert info.get("TotalNumVgprs", info["NumVgprs"]) == k.vgpr_count
+            # LLVM's allocation (.amdhsa_next_free_vgpr) lies between the use and the descriptor's rounded count
+            assert k.vgpr_count <= info["NumVGPRsForWavesPerEU"] <= k.descriptor_vgprs, kernel.folder.name
             assert info["TotalNumSgprs"] == k.sgpr_count
             assert info["ScratchSize"] == k.private_segment_fixed_size
             assert info.get("NumAgprs", 0) == (k.agpr_count or 0)
         # The YAML copy of the note at the end of the .amdgcn always matched the code object.
         assert asm.metadata["vgpr_count"] == k.vgpr_count and asm.metadata["sgpr_count"] == k.sgpr_count
-        assert limiter in ("vgpr", "sgpr", "max_waves")
-        # The descriptor rounds up, but never changes occupancy.
+        assert limiter in ("vgpr", "waves_per_eu", "vgpr_allocation", "sgpr", "max_waves")
         assert k.descriptor_vgprs >= k.vgpr_count
-        assert compiler_occupancy(co.arch, k.wavefront_size, k.descriptor_vgprs, k.sgpr_count)[0] == waves
         if ARCHES[co.arch].unified_agprs:
             assert k.descriptor_arch_vgprs is not None
             if k.agpr_count:
@@ -218,14 +221,18 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
             k.sgpr_count,
             k.group_segment_fixed_size + shared,
             kernel.meta["num_warps"],
+            **alloc,
         )
-        assert 0 <= launch <= waves and launch_limiter in ("vgpr", "sgpr", "lds", "workgroup", "max_waves")
-        headroom = vgpr_headroom(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count)
+        assert 0 <= launch <= waves
+        assert launch_limiter in ("vgpr", "waves_per_eu", "vgpr_allocation", "sgpr", "lds", "workgroup", "max_waves")
+        headroom = vgpr_headroom(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count, **alloc)
+        assert (headroom is None) or limiter == "vgpr"  # claims nothing where VGPRs do not limit
         if headroom is not None:
             assert 0 < headroom <= k.vgpr_count
             better = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom, k.sgpr_count)[0]
             worse = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom + 1, k.sgpr_count)[0]
-            assert better == waves + 1 and worse == waves
+            # gfx11's 24-register granule can skip a step (10 -> 12 waves): at least one more wave
+            assert better > waves and worse == waves
     if _release(snapshot) >= (3, 2):
         assert with_comment > 0
     else:
@@ -252,7 +259,8 @@ def test_asm_structure(snapshot: str, snapshot_kernels) -> None:
         assert ttgir["num_warps"] == kernel.meta["num_warps"]
         assert ttgir["threads_per_warp"] == k.wavefront_size
         assert ttgir["prefix"] == ("triton_gpu" if _release(snapshot) < (3, 3) else "ttg")
-        assert "blocked" in ttgir["layouts"]
+        # every kernel has a distributed layout; 3.8+ picks `linear` layouts where earlier releases said `blocked`
+        assert {"blocked", "linear"} & set(ttgir["layouts"]), ttgir["layouts"]
 
 
 @needs_corpus
@@ -271,15 +279,22 @@ def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
     # objdump dominates the run time; the subprocesses run side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(disassemble, kernels))
+    undecodable = 0
     for kernel, (dis, module_counts) in zip(kernels, results, strict=True):
         assert dis == module_counts, kernel.folder.name
-        assert dis["unknown"] == 0, kernel.folder.name
+        if dis["unknown"]:
+            # Debian's LLVM 22 cannot decode some gfx12 true16 instructions of Triton 3.8+ (shared/reference/
+            # instruction-mix.md): the disassembler is no oracle for those kernels; nowhere else may it fail.
+            assert parse_hsaco(kernel.hsaco).arch.startswith("gfx12"), kernel.folder.name
+            undecodable += 1
+            continue
         asm = Counter(parse_amdgcn(kernel.text("amdgcn") or "").kernels[0].mnemonics)
         # Alignment padding (`.p2align` in the asm) shows as `s_nop 0` in the disassembly; nothing else differs.
         extra_nops = dis["s_nop"] - asm["s_nop"]
         assert 0 <= extra_nops < 64, kernel.folder.name
         dis["s_nop"] -= extra_nops
         assert +dis == +asm, kernel.folder.name
+    assert undecodable <= len(kernels) // 2, (undecodable, len(kernels))  # the oracle still covers most kernels
 
 
 @needs_corpus
