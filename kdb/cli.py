@@ -93,13 +93,16 @@ def _global(
         str | None,
         typer.Option(
             "--catalog",
+            metavar="URL",
             help="shared catalog, e.g. 'ducklake:postgres:dbname=kdb host=HOST user=USER' (default: $KDB_CATALOG; "
             "without it, the local home)",
         ),
     ] = None,
     store: Annotated[
         str | None,
-        typer.Option("--store", help="shared store path for blobs and Parquet files (default: $KDB_STORE)"),
+        typer.Option(
+            "--store", metavar="PATH", help="shared store path for blobs and Parquet files (default: $KDB_STORE)"
+        ),
     ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
@@ -261,6 +264,7 @@ def gc(
         float,
         typer.Option(
             "--grace",
+            metavar="SECONDS",
             help="shared home: keep unreferenced blobs written or reused this many seconds ago (an ingest may still commit them)",
         ),
     ] = 3600.0,
