@@ -83,10 +83,7 @@ def snapshots(env: dict[str, str]) -> dict[str, dict]:
 def test_eight_writers_at_once_then_diff_verify_and_plain_duckdb_attach(shared, unpack_snapshot, tmp_path):
     caches = {name: unpack_snapshot(name) for name in CORPUS}
     started = time.monotonic()
-    procs = {
-        name: spawn(shared, "ingest", str(path), "--tag", name, "-q", "-j", "1", "--no-sass")
-        for name, path in caches.items()
-    }
+    procs = {name: spawn(shared, "ingest", str(path), "--tag", name, "-q", "-j", "1") for name, path in caches.items()}
     results = finish(procs)
     elapsed = time.monotonic() - started
     assert {n: r for n, r in results.items() if r[0] not in (0, 1)} == {}
@@ -130,11 +127,9 @@ def test_eight_writers_at_once_then_diff_verify_and_plain_duckdb_attach(shared, 
 
 
 def test_killed_writer_leaves_nothing_partial(shared, unpack_snapshot):
-    victim = spawn(
-        shared, "ingest", str(unpack_snapshot("t3.4.0-gfx1100")), "--tag", "victim", "-q", "-j", "1", "--no-sass"
-    )
+    victim = spawn(shared, "ingest", str(unpack_snapshot("t3.4.0-gfx1100")), "--tag", "victim", "-q", "-j", "1")
     others = {
-        name: spawn(shared, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q", "-j", "1", "--no-sass")
+        name: spawn(shared, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q", "-j", "1")
         for name in ("t3.6.0-gfx950", "t3.7.1-gfx950")
     }
     objects = Path(shared["KDB_STORE"]) / "objects"
@@ -161,16 +156,13 @@ def test_gc_during_ingests_loses_nothing(shared, unpack_snapshot, tmp_path):
     is collected by gc running in a loop while those ingests run: every ingest still completes whole."""
     names = ["t3.4.0-gfx942", "t3.3.1-gfx942", "t3.6.0-gfx950"]
     for name in [*names, "t3.6.0-sm80"]:  # the last one's blobs are reused by no new ingest: gc frees them
-        assert run(
-            shared, "ingest", str(unpack_snapshot(name)), "--tag", f"old-{name}", "-q", "--no-sass"
-        ).returncode in (0, 1)
+        assert run(shared, "ingest", str(unpack_snapshot(name)), "--tag", f"old-{name}", "-q").returncode in (0, 1)
         assert run(shared, "rm", f"old-{name}").returncode == 0
     old = time.time() - 7200
     for path in (Path(shared["KDB_STORE"]) / "objects").rglob("*"):
         os.utime(path, (old, old))
     procs = {
-        name: spawn(shared, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q", "-j", "1", "--no-sass")
-        for name in names
+        name: spawn(shared, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q", "-j", "1") for name in names
     }
     collected = 0
     while any(p.poll() is None for p in procs.values()):

@@ -196,7 +196,7 @@ def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> Non
         assert cubin.arch == json_arch == int(str(entry["target"]).removeprefix("sm"))
         # Only Hopper code is ever arch-specific (sm_90a: wgmma/TMA); 3.9's cubins for sm90 say plain sm_90.
         assert not cubin.arch_specific or cubin.arch == 90
-        assert cubin.virtual_arch == cubin.arch
+        assert cubin.virtual_arch in (cubin.arch, None)  # 3.9's ptxas leaves the virtual arch field empty
         # the launch bound: EIATTR_REQNTID from 3.2, EIATTR_MAX_THREADS (PTX .maxntid) in 2.3-3.1
         max_threads = next((a.payload for a in parsed.attributes if a.name == "EIATTR_MAX_THREADS"), None)
         bound = parsed.req_threads or (struct.unpack("<III", max_threads) if max_threads else None)

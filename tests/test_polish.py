@@ -20,7 +20,12 @@ ANSI = "\x1b["
 
 def _run(home: Path, *args: str, env: dict[str, str] | None = None, tty: bool = False) -> tuple[int, str, str]:
     """Run `python -m kdb` in a subprocess, its stdout a pseudo-terminal when `tty`."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "PAGER", "KDB_PAGER")}
+    # nothing of the caller's terminal or kdb settings (another test may have set KDB_CATALOG/KDB_STORE)
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COLUMNS", "LINES", "NO_COLOR", "PAGER") and not k.startswith("KDB_")
+    }
     full_env.update(env or {})
     cmd = [sys.executable, "-m", "kdb", "--home", str(home), *args]
     if not tty:
