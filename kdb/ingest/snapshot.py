@@ -225,7 +225,8 @@ def _shapes(shapes: list[str] | None) -> tuple[tuple[int, ...], ...]:
 def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
     facts = dict(seen.facts)
     if seen.known:
-        with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
+        # the home's catalog, local file or shared DuckLake (home.catalog_path is the local file only)
+        with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
             rows = {r["folder_digest"]: r for r in catalog.link_facts(list(seen.known.values()))}
         for cache_key, digest in seen.known.items():
             if (r := rows.get(digest)) is not None:
