@@ -67,3 +67,27 @@ def duckdb_shell() -> str | None:
 
     beside = Path(sys.executable).parent / "duckdb"
     return shutil.which("duckdb") or (str(beside) if beside.exists() else None)
+
+
+def assert_best_configs_link_the_recompiled_folder(corpus_dir: Path, model: str, cache: Path, rows: list[dict]) -> int:
+    """Every best config of `cache` (`rows`: its `autotune` rows with source 'best_config') links the folder
+    that recompiling its winner gives (corpus/inductor/oracle_toolchains.py recompiled each once per ptxas an
+    Inductor run uses; exactly one of the names must be a folder of the cache). Returns how many were checked."""
+    toolchains = json.loads((corpus_dir / "best_config_toolchains.json").read_text())["scenarios"][model]
+    recompiled: dict[str, dict[str, str]] = {}
+    for toolchain, recompile in toolchains.items():
+        assert recompile["status"] == "ok", toolchain
+        for r in recompile["records"]:
+            recompiled.setdefault(r["best_config_path"], {})[toolchain] = r["cache_key"]
+    folders = {p.name for p in (cache / "triton" / "0").iterdir()}
+    by_path = {r["path"]: r for r in rows}
+    assert set(recompiled) == set(by_path) == {str(p.relative_to(cache)) for p in cache.glob("*/*.best_config")}
+    for path, row in by_path.items():
+        in_cache = {key for key in recompiled[path].values() if key in folders}
+        assert len(in_cache) == 1, (path, recompiled[path])
+        best = json.loads((cache / path).read_text())
+        if best.get("triton_cache_hash"):
+            assert best["triton_cache_hash"] in in_cache
+        expected_link = "hash" if best.get("triton_cache_hash") else "config"
+        assert (row["link"], row["cache_key"]) == (expected_link, f"triton/0/{in_cache.pop()}"), path
+    return len(by_path)

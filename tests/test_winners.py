@@ -17,6 +17,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from helpers import assert_best_configs_link_the_recompiled_folder
 
 from kdb.diff.model import Rule
 from kdb.diff.sides import Side
@@ -111,6 +112,22 @@ def test_flips_are_exactly_the_best_configs_that_changed(caches, model):
         assert f"flip {w['kernel']}" in table.stdout
     md = _kdb(home, "diff", f"a_{model}", f"b_{model}", "--format", "markdown")
     assert md.returncode == 0 and "#### Autotune winners" in md.stdout
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_h200_best_config_links_the_folder_its_recompile_gives(caches, model):
+    """The H200 side of the link oracle (the H100 side is in tests/test_inductor.py, with resnet18)."""
+    root, home = caches
+    r = _kdb(
+        home, "sql", f"SELECT * FROM autotune WHERE tag = 'b_{model}' AND source = 'best_config'", "--format", "json"
+    )
+    assert r.returncode == 0, r.stderr
+    checked = assert_best_configs_link_the_recompiled_folder(
+        CORPUS / SIDES["b"], model, root / f"b_{model}", json.loads(r.stdout)
+    )
+    assert (
+        checked == json.loads((CORPUS / SIDES["b"] / "manifest.json").read_text())["scenarios"][model]["best_configs"]
+    )
 
 
 @pytest.mark.parametrize("model", MODELS)
