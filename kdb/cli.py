@@ -533,7 +533,7 @@ def report(
             catalog, _store, tag, label = stack.enter_context(_diff_source(a))
             kernels = catalog.kernel_rows(tag, "*")
             details = {k["cache_key"]: catalog.kernel_detail(tag, k["cache_key"]) for k in kernels}
-            text = report_html.snapshot_report(label, kernels, details)
+            text = report_html.snapshot_report(label, kernels, details, catalog.autotune_configs(tag))
         else:
             from kdb.diff.engine import report_sides
             from kdb.diff.sides import load_side
@@ -545,7 +545,8 @@ def report(
                 for name, side, key in (("a", sides[0], v.kernel.a_cache_key), ("b", sides[1], v.kernel.b_cache_key)):
                     if key:
                         hot[name, key] = side.catalog.kernel_detail(side.tag, key)["lines"]
-            text = report_html.diff_report(result, views, hot)
+            tuned = (sides[0].catalog.autotune_configs(sides[0].tag), sides[1].catalog.autotune_configs(sides[1].tag))
+            text = report_html.diff_report(result, views, hot, tuned)
     output.write_text(text, encoding="utf-8")
     _out(f"wrote {output} ({tables.human_bytes(len(text.encode()))})\n")
 

@@ -7,11 +7,12 @@ import json
 import os
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
 from conftest import PAIR, ROOT
-from helpers import kdb
+from helpers import kdb, kdb_subprocess
 
 from kdb.diff.markdown import COMMENT_LIMIT, render_markdown
 from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status
@@ -146,6 +147,53 @@ def test_snapshot_report_in_a_browser(pair_home, capsys, tmp_path):
         assert page.locator("#kernels tbody tr").count() == len(kernels)
         page.locator("#kernels tbody tr").first.click()
         assert "facts" in page.locator("#drill").inner_text()
+        assert page.locator("#autotune").count() == 0  # nothing was autotuned: no such section
+        browser.close()
+    assert problems == [], problems
+
+
+INDUCTOR_H100 = ROOT / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
+
+
+def test_snapshot_report_shows_autotune_winners_and_losers(tmp_path):
+    """A real cache of Triton's autotuner (`*.autotune.json`, H100): one point per timed config whose folder is
+    known, winners apart from the others, a row per tuned kernel with its winner and fastest other config."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    cache = tmp_path / "cache"
+    with tarfile.open(INDUCTOR_H100 / "triton_autotune.tar.xz", "r:xz") as tar:
+        tar.extractall(cache, filter="data")
+    home = tmp_path / "home"
+    assert kdb_subprocess(home, "ingest", str(cache), "--tag", "tuned", "--no-sass").code == 0
+    out = tmp_path / "tuned.html"
+    assert kdb_subprocess(home, "report", "tuned", "-o", str(out)).code == 0
+    # expected from the autotuner's own files and the catalog's kernels (not from the report's code)
+    files = sorted(cache.rglob("*.autotune.json"))
+    timed = sum(len(json.loads(f.read_text())["configs_timings"]) for f in files)
+    rows = json.loads(
+        kdb_subprocess(
+            home,
+            "sql",
+            "SELECT a.is_best, k.registers FROM autotune a LEFT JOIN kernels k USING (tag, cache_key) "
+            "WHERE a.tag = 'tuned' AND a.time_ms IS NOT NULL",
+            "--format",
+            "json",
+        ).out
+    )
+    assert len(rows) == timed
+    drawn = [r for r in rows if r["registers"] is not None]
+    winners = [r for r in drawn if r["is_best"]]
+    assert 0 < len(winners) < len(drawn) < timed  # some configs have no single folder (ambiguous): listed only
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('#plot-autotune-registers .main-svg').length >= 1")
+        assert page.locator("#plot-autotune-registers .scatterlayer path.point").count() == len(drawn)
+        assert page.locator("#plot-autotune-occupancy .scatterlayer path.point").count() == len(drawn)
+        traces = page.evaluate("document.getElementById('plot-autotune-registers').data.map(t => [t.name, t.x.length])")
+        assert dict(traces) == {"winners": len(winners), "other configs": len(drawn) - len(winners)}
+        assert page.locator("#autotune-table tbody tr").count() == len(files)
+        caption = page.locator("#autotune-caption").inner_text()
+        assert f"{len(drawn)} configs drawn; {timed - len(drawn)} without" in caption
         browser.close()
     assert problems == [], problems
 

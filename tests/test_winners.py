@@ -130,6 +130,39 @@ def test_every_h200_best_config_links_the_folder_its_recompile_gives(caches, mod
     )
 
 
+def test_diff_report_shows_both_sides_winners(caches, tmp_path):
+    """`kdb report` of an upgrade with autotuned kernels: every winner pair in the section's table, flips
+    first, and one point per winner with a time and a linked folder on each side."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from test_report import _browser_page
+
+    _, home = caches
+    model = "mlp_train_maxautotune"
+    out = tmp_path / "winners.html"
+    r = _kdb(home, "report", f"a_{model}", f"b_{model}", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    _, doc = _diff(home, f"a_{model}", f"b_{model}")
+    drawn = {}
+    for side in ("a", "b"):
+        q = (
+            "SELECT count(*) AS n FROM autotune a JOIN kernels k USING (tag, cache_key) "
+            f"WHERE a.tag = '{side}_{model}' AND a.time_ms IS NOT NULL AND k.registers IS NOT NULL"
+        )
+        drawn[side.upper()] = json.loads(_kdb(home, "sql", q, "--format", "json").stdout)[0]["n"]
+    assert all(drawn.values())  # this model's kernel_perf files time some winners on both sides
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('#plot-autotune-registers .main-svg').length >= 1")
+        traces = page.evaluate("document.getElementById('plot-autotune-registers').data.map(t => [t.name, t.x.length])")
+        assert dict(traces) == {"A winners": drawn["A"], "B winners": drawn["B"]}
+        statuses = page.locator("#autotune-table tbody tr td:nth-child(1)").all_inner_texts()
+        assert statuses == [w["status"] for w in doc["winners"]]
+        assert statuses.count("flip") == FLIPS[model] and statuses[: FLIPS[model]] == ["flip"] * FLIPS[model]
+        browser.close()
+    assert problems == [], problems
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_the_same_cache_against_itself_has_no_flip(caches, model):
     _, home = caches

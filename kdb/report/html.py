@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -14,7 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from kdb.diff.model import DiffResult, KernelDeepView
 from kdb.diff.terminal import HEADERS, summary_line
-from kdb.report import data
+from kdb.report import autotune, data
 
 COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
 _LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "template": "plotly_white"}
@@ -25,7 +26,7 @@ body{font:14px system-ui,sans-serif;margin:20px;color:#222}h1{font-size:20px}h2{
 .plot{border:1px solid #ddd;border-radius:4px;min-height:360px}
 table{border-collapse:collapse;font:12px ui-monospace,monospace}th,td{padding:2px 6px;text-align:left;
 border-bottom:1px solid #eee;white-space:nowrap}th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
-tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox{max-height:480px;overflow:auto;border:1px solid #ddd}
+tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox,.tablebox{max-height:480px;overflow:auto;border:1px solid #ddd}
 td.reason{white-space:normal;min-width:240px}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
 .neutral{color:#7f7f7f}#drill{margin-top:12px;border:1px solid #ccc;padding:8px;display:none}
 #drill pre{max-height:360px;overflow:auto;background:#f8f8f8;padding:6px}.ins{color:#2ca02c}.del{color:#d62728}
@@ -161,7 +162,75 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     return figs, marks
 
 
-def _page(title: str, subtitle: str, plots: list[str], headers: list[str], payload: dict[str, Any]) -> str:
+SIDE_COLORS = {"A": "#1f77b4", "B": "#d62728"}
+
+
+def autotune_section(
+    sides: list[tuple[str, list[dict[str, Any]]]], table: tuple[list[str], list[list[str]]]
+) -> tuple[dict[str, Any], dict[str, int], str]:
+    """ "autotune: winners and losers": figures (time against registers, and against occupancy; one point
+    per config with a time and a linked folder), their marks, and the section's HTML (empty without data)."""
+    if not any(rows for _, rows in sides):
+        return {}, {}, ""
+    traces, undrawn = autotune.points(sides)
+    figs: dict[str, Any] = {}
+    marks: dict[str, int] = {}
+    drawn = sum(len(ps) for ps in traces.values())
+    for element, x_key, x_title in (
+        ("plot-autotune-registers", "regs", "VGPRs (NVIDIA: registers per thread) of the config's folder"),
+        ("plot-autotune-occupancy", "occupancy", "occupancy (AMD: waves per SIMD; NVIDIA: warps per SM)"),
+    ):
+        fig = go.Figure(
+            layout=_layout(
+                f"autotune: time vs {x_key if x_key == 'occupancy' else 'registers'} (one point per config)",
+                xaxis_title=x_title,
+                yaxis_title="time (ms, log)",
+                yaxis_type="log",
+            )
+        )
+        count = 0
+        for name, ps in sorted(traces.items()):
+            color = SIDE_COLORS.get(name.split(" ", 1)[0], "#d62728" if "winners" in name else "#1f77b4")
+            ps = [p for p in ps if p[x_key] is not None]
+            count += len(ps)
+            fig.add_trace(
+                go.Scatter(
+                    x=[p[x_key] for p in ps],
+                    y=[p["time"] for p in ps],
+                    text=[p["text"] for p in ps],
+                    mode="markers",
+                    name=name,
+                    marker={
+                        "color": color,
+                        "size": 11 if "winners" in name else 7,
+                        "opacity": 0.9 if "winners" in name else 0.5,
+                        "symbol": "star" if "winners" in name else "circle",
+                    },
+                    hovertemplate="%{text}<br>%{y:.4g} ms<extra>" + name + "</extra>",
+                )
+            )
+        if count:
+            figs[element], marks[element] = _fig(fig), count
+    head, rows = table
+    caption = (
+        f"{drawn} configs drawn; {undrawn} without a time or a linked kernel folder are listed only"
+        if undrawn
+        else f"{drawn} configs drawn"
+    )
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    divs = "".join(f'<div id="{p}" class="plot"></div>' for p in figs)
+    section = (
+        f'<h2 id="autotune">autotune: winners and losers</h2><p id="autotune-caption">{html.escape(caption)}</p>'
+        f'<div class="grid">{divs}</div><div class="tablebox"><table id="autotune-table"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+    return figs, marks, section
+
+
+def _page(
+    title: str, subtitle: str, plots: list[str], headers: list[str], payload: dict[str, Any], extra: str = ""
+) -> str:
     doc = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
     statuses = sorted({r["status"] for r in payload["rows"] if r["status"]})
     options = "".join(f'<option value="{html.escape(s)}">{html.escape(s)}</option>' for s in statuses)
@@ -177,16 +246,25 @@ def _page(title: str, subtitle: str, plots: list[str], headers: list[str], paylo
 <select id="status"><option value="">every status</option>{options}</select> <span id="count"></span>
  — click a column to sort, a row (or a point) for its drill-down</p>
 <div id="tablebox"><table id="kernels"><thead><tr>{head}</tr></thead><tbody></tbody></table></div>
-<div id="drill"></div>
+<div id="drill"></div>{extra}
 <script type="application/json" id="kdb-data">{doc}</script>
 <script>{APP}</script></body></html>
 """
 
 
-def diff_report(r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[str, str], list[dict[str, Any]]]) -> str:
-    """The page of a diff: plots, the ranked table with reasons, a drill-down per kernel."""
+def diff_report(
+    r: DiffResult,
+    views: list[KernelDeepView],
+    lines: dict[tuple[str, str], list[dict[str, Any]]],
+    tuned: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
+) -> str:
+    """The page of a diff: plots, the ranked table with reasons, a drill-down per kernel, and where either
+    side was autotuned (`tuned`: each side's Catalog.autotune_configs) its winners and losers."""
     figs, marks = diff_figures(r)
-    payload = {
+    tuned_figs, tuned_marks, extra = autotune_section(
+        [("A", tuned[0]), ("B", tuned[1])], (autotune.WINNERS_HEAD, autotune.winner_rows(r.winners))
+    )
+    payload: dict[str, Any] = {
         "kind": "diff",
         "figures": figs,
         "marks": marks,
@@ -199,12 +277,17 @@ def diff_report(r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[st
     }
     title = f"kdb diff {r.a_label} → {r.b_label}"
     subtitle = summary_line(r) + (f"; fired: {', '.join(r.fired)}" if r.fired else "")
-    return _page(title, subtitle, list(figs), HEADERS, payload)
+    payload["figures"] = {**figs, **tuned_figs}
+    payload["marks"] = {**marks, **tuned_marks}
+    return _page(title, subtitle, list(figs), HEADERS, payload, extra)
 
 
-def snapshot_report(tag: str, kernels: list[dict[str, Any]], details: dict[str, dict[str, Any]]) -> str:
+def snapshot_report(
+    tag: str, kernels: list[dict[str, Any]], details: dict[str, dict[str, Any]], tuned: Sequence[dict[str, Any]] = ()
+) -> str:
     """The page of one snapshot: occupancy by limiter, the register distribution, the spilling kernels, the table
-    (details: cache key -> `lines` and `mix` rows of the catalog's kernel_detail)."""
+    (details: cache key -> `lines` and `mix` rows of the catalog's kernel_detail), and where the snapshot was
+    autotuned (`tuned`: Catalog.autotune_configs) its winners and losers."""
     lines = {key: d.get("lines", []) for key, d in details.items()}
     mixes: dict[str, dict[str, int]] = {}
     for key, d in details.items():
@@ -259,7 +342,7 @@ def snapshot_report(tag: str, kernels: list[dict[str, Any]], details: dict[str, 
             "hot_a": data.hot_lines(lines.get(k["cache_key"], [])),
             "hot_b": [],
         }
-    payload = {
+    payload: dict[str, Any] = {
         "kind": "snapshot",
         "figures": figs,
         "marks": marks,
@@ -269,4 +352,9 @@ def snapshot_report(tag: str, kernels: list[dict[str, Any]], details: dict[str, 
         "mix_head": ["group", "instructions", "", ""],
         "clickable": [],
     }
-    return _page(f"kdb snapshot {tag}", f"{len(kernels)} kernels", list(figs), data.SNAPSHOT_HEADERS, payload)
+    tuned_figs, tuned_marks, extra = autotune_section(
+        [(tag, list(tuned))], (autotune.TUNED_HEAD, autotune.tuned_kernels(list(tuned)))
+    )
+    payload["figures"] = {**figs, **tuned_figs}
+    payload["marks"] = {**marks, **tuned_marks}
+    return _page(f"kdb snapshot {tag}", f"{len(kernels)} kernels", list(figs), data.SNAPSHOT_HEADERS, payload, extra)
