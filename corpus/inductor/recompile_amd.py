@@ -342,38 +342,12 @@ def run_pool(jobs, mode, nproc, timeout, log):
 
 
 def pack(cache: Path, archive: Path) -> tuple[int, int]:
-    """corpus/build.py's pack(): sorted members, mtime 0, uid/gid 0, modes 0644/0755, no top-level
-    folder, zstd level 19."""
-    import io
-    import tarfile
-
-    import zstandard
-
-    buf = io.BytesIO()
-    files = 0
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")):
-            p = cache / rel
-            ti = tarfile.TarInfo(rel)
-            ti.mtime = 0
-            ti.uid = ti.gid = 0
-            ti.uname = ti.gname = ""
-            if p.is_symlink():
-                raise RuntimeError(f"unexpected symlink in cache: {rel}")
-            if p.is_dir():
-                ti.type = tarfile.DIRTYPE
-                ti.mode = 0o755
-                tar.addfile(ti)
-            else:
-                data = p.read_bytes()
-                ti.size = len(data)
-                ti.mode = 0o755 if os.access(p, os.X_OK) else 0o644
-                tar.addfile(ti, io.BytesIO(data))
-                files += 1
-    comp = zstandard.ZstdCompressor(level=19, threads=0, write_checksum=True).compress(buf.getvalue())
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    archive.write_bytes(comp)
-    return files, len(comp)
+    """corpus/build.py's pack() (sorted members, mtime 0, uid/gid 0, modes 0644/0755, no top-level
+    folder, zstd level 19), so both kinds of snapshot are packed alike."""
+    spec = importlib.util.spec_from_file_location("kdb_corpus_build", Path(__file__).resolve().parents[1] / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build.pack(cache, archive)
 
 
 def grouping(ids_to_folder: dict, ids) -> set:
