@@ -50,7 +50,9 @@ def summary_line(r: DiffResult) -> str:
 
 
 def short_key(key: str | None) -> str:
-    return key[:6] if key else "-"
+    """The first 6 characters of the kernel's folder name (Inductor caches nest it: `triton/0/<folder>`);
+    `kdb show TAG PREFIX` takes it back."""
+    return key.rsplit("/", 1)[-1][:6] if key else "-"
 
 
 def kernel_key(k: KernelDiff) -> str:

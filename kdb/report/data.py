@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status
-from kdb.diff.terminal import kernel_key, occupancy_cell, occupancy_text, row
+from kdb.diff.terminal import kernel_key, occupancy_cell, occupancy_text, row, short_key
 from kdb.diff.views import deepdiff_lines, fact_rows
 
 VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
@@ -168,7 +168,7 @@ def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
         occ = occupancy_text(k.get("occupancy"), k.get("occupancy_limiter"))
         lim = k.get("occupancy_limiter") or ""
         cells = [
-            f"{k['name']} {str(k['cache_key'])[:6]}",
+            f"{k['name']} {short_key(k['cache_key'])}",
             vgpr,
             k.get("agpr_count"),
             k.get("sgpr_count"),
@@ -205,7 +205,7 @@ def spilling(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
         scratch = _num(k.get("local_bytes") if k.get("backend") == "cuda" else k.get("scratch_bytes")) or 0.0
         spills = (_num(k.get("vgpr_spill_count")) or 0.0) + (_num(k.get("sgpr_spill_count")) or 0.0)
         if scratch or spills:
-            out.append({"kernel": f"{k['name']} {str(k['cache_key'])[:6]}", "scratch": scratch, "spills": spills})
+            out.append({"kernel": f"{k['name']} {short_key(k['cache_key'])}", "scratch": scratch, "spills": spills})
     return sorted(out, key=lambda x: -x["scratch"])
 
 

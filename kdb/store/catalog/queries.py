@@ -41,13 +41,15 @@ class CatalogQueries(CatalogConnection):
 
     def kernel_rows(self, tag: str, pattern: str) -> list[dict[str, Any]]:
         """Rows of the `kernels` view for kernels whose name matches (exact or glob, as `kdb diff --kernel`) or
-        whose cache key starts with `pattern` (4 characters or more, any case)."""
+        whose cache key, or its folder name (the last part of a nested key), starts with `pattern` (4 characters
+        or more, any case)."""
         sid = self.require_snapshot(tag)
         prefix = pattern.upper() if len(pattern) >= 4 else "\x00"
         return self._dicts(
             "SELECT * EXCLUDE (snapshot_id, folder_digest) FROM kernels WHERE snapshot_id = ? AND (name = ? "
-            "OR starts_with(upper(cache_key), ?) OR name GLOB ?) ORDER BY name, cache_key",
-            [sid, pattern, prefix, pattern],
+            "OR starts_with(upper(cache_key), ?) OR starts_with(upper(regexp_extract(cache_key, '[^/]*$')), ?) "
+            "OR name GLOB ?) ORDER BY name, cache_key",
+            [sid, pattern, prefix, prefix, pattern],
         )
 
     def kernel_detail(self, tag: str, cache_key: str) -> dict[str, Any]:
