@@ -253,11 +253,14 @@ def _largest(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 def tile_of_blocks(config: dict[str, Any], shapes: list[tuple[int, ...]]) -> bool:
-    """The largest tensor shape's dimensions are all block sizes of the config (as a multiset)."""
+    """The largest tensor shape's dimensions are all block sizes of the config (as a multiset). Kernels
+    whose block sizes are not named *BLOCK* (a user's `BM`, `BN`, `BK`) offer every integer kwarg."""
     if not shapes:
         return False
     tile = _largest(shapes)
-    blocks = list(block_sizes(config).values())
+    kwargs = config.get("kwargs") or {}
+    integers = [v for v in kwargs.values() if isinstance(v, int) and not isinstance(v, bool)]
+    blocks = list(block_sizes(config).values()) or integers
     for d in tile:
         if d not in blocks:
             return False
