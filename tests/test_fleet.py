@@ -180,3 +180,124 @@ def test_gc_during_ingests_loses_nothing(shared, unpack_snapshot, tmp_path):
         assert tree_hashes(dest) == tree_hashes(unpack_snapshot(name))
     assert collected > 0
     print(f"gc collected {collected} blobs during the ingests")
+
+
+# -- push / pull ----------------------------------------------------------------------------------
+def _local(home: Path) -> dict[str, str]:
+    return {"KDB_HOME": str(home)}
+
+
+def _blob_hashes(env: dict[str, str], tag: str) -> set[str]:
+    res = run(
+        env,
+        "sql",
+        f"SELECT DISTINCT f.hash FROM files f JOIN snapshots s USING (snapshot_id) WHERE s.tag = '{tag}'",
+        "--format",
+        "json",
+    )
+    assert res.returncode == 0, res.stderr
+    return {r["hash"] for r in json.loads(res.stdout)}
+
+
+def _objects(store: Path) -> set[str]:
+    return {p.parent.name + p.name for p in (store / "objects").rglob("*") if p.is_file()}
+
+
+def _diff_doc(env: dict[str, str], a: str, b: str) -> dict:
+    res = run(env, "diff", a, b, "--format", "json")
+    assert res.returncode in (0, 1), res.stderr
+    doc = json.loads(res.stdout)
+    return {k: doc[k] for k in ("summary", "kernels", "winners")}
+
+
+def _transfer(env: dict[str, str], verb: str, *args: str) -> dict:
+    res = run(env, verb, *args, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_push_then_pull_moves_only_missing_blobs_and_diffs_the_same(shared, unpack_snapshot, tmp_path):
+    a, b = "t3.3.1-gfx942", "t3.4.0-gfx942"
+    local = _local(tmp_path / "local")
+    for name in (a, b):
+        assert run(local, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").returncode in (0, 1)
+    before = _diff_doc(local, a, b)
+    blobs = {name: _blob_hashes(local, name) for name in (a, b)}
+    both = {**local, **shared}
+    store = Path(shared["KDB_STORE"])
+
+    first = _transfer(both, "push", a)["snapshots"][0]
+    assert (first["status"], first["blobs"], first["blobs_copied"]) == ("copied", len(blobs[a]), len(blobs[a]))
+    assert _objects(store) == blobs[a]
+    second = _transfer(both, "push", b)["snapshots"][0]  # only what the first did not bring travels
+    assert (second["blobs"], second["blobs_copied"]) == (len(blobs[b]), len(blobs[b] - blobs[a]))
+    assert 0 < second["blobs_copied"] < second["blobs"]
+    assert _objects(store) == blobs[a] | blobs[b]
+    again = _transfer(both, "push", a)["snapshots"][0]
+    assert (again["status"], again["blobs_copied"]) == ("present", 0)
+    assert sorted(snapshots(shared)) == [a, b]
+    assert run(shared, "verify").returncode == 0
+    assert _diff_doc(shared, a, b) == before  # same pairs, facts, verdicts and reasons on the shared home
+
+    # a tag taken by another snapshot is refused, and --as copies under a new one
+    res = run(both, "push", b, "--as", a)
+    assert res.returncode == 4 and "other content" in res.stderr and len(res.stderr.splitlines()) == 1
+    renamed = _transfer(both, "push", b, "--as", "renamed")["snapshots"][0]
+    assert (renamed["dest_tag"], renamed["blobs_copied"]) == ("renamed", 0)
+
+    fresh = {**_local(tmp_path / "fresh"), **shared}
+    pulled = _transfer(fresh, "pull", a, b)["snapshots"]
+    assert [p["blobs_copied"] for p in pulled] == [len(blobs[a]), len(blobs[b] - blobs[a])]
+    fresh_local = _local(tmp_path / "fresh")
+    assert sorted(snapshots(fresh_local)) == [a, b]
+    assert run(fresh_local, "verify").returncode == 0
+    assert _diff_doc(fresh_local, a, b) == before
+    assert run(fresh_local, "export", b, str(tmp_path / "out")).returncode == 0
+    assert tree_hashes(tmp_path / "out") == tree_hashes(unpack_snapshot(b))
+
+
+def test_push_refuses_a_corrupted_blob_and_records_nothing(shared, unpack_snapshot, tmp_path):
+    local_home = tmp_path / "local"
+    local = _local(local_home)
+    name = "t3.6.0-sm80"
+    assert run(local, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").returncode in (0, 1)
+    victim = sorted((local_home / "objects").rglob("*"), key=lambda p: (-p.stat().st_size, p.name))[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # damage a real blob of the snapshot in place
+    victim.write_bytes(bytes(data))
+    res = run({**local, **shared}, "push", name)
+    assert res.returncode == 5, res.stdout + res.stderr
+    assert "corrupted" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert snapshots(shared) == {}  # nothing of the snapshot is visible
+    assert victim.parent.name + victim.name not in _objects(Path(shared["KDB_STORE"]))
+
+
+def test_killed_push_leaves_nothing_partial_and_a_rerun_completes(shared, tmp_path):
+    """SIGKILL while the blobs travel (a real Inductor cache, 3,000+ files): no snapshot on the shared home,
+    verify clean apart from the unreferenced blobs, and the next push reuses them and completes."""
+    import tarfile
+
+    cache = tmp_path / "cache"
+    corpus = Path(__file__).resolve().parent.parent / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
+    with tarfile.open(corpus / "mlp_train_maxautotune.tar.xz", "r:xz") as tar:
+        tar.extractall(cache, filter="data")
+    local = _local(tmp_path / "local")
+    assert run(local, "ingest", str(cache), "--tag", "mlp", "--no-sass", "-q").returncode in (0, 1)
+    total = len(_blob_hashes(local, "mlp"))
+    store = Path(shared["KDB_STORE"]) / "objects"
+    victim = spawn({**local, **shared}, "push", "mlp")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and sum(1 for _ in store.rglob("*")) < 200:
+        time.sleep(0.01)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.communicate()
+    arrived = len(_objects(Path(shared["KDB_STORE"])))
+    assert 0 < arrived < total  # killed while the blobs travelled
+    assert snapshots(shared) == {}
+    res = run(shared, "verify", "--format", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["unreferenced_blobs"] == arrived, res.stdout
+    rerun = _transfer({**local, **shared}, "push", "mlp")["snapshots"][0]
+    assert (rerun["status"], rerun["blobs_copied"]) == ("copied", total - arrived)
+    res = run(shared, "verify", "--format", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["unreferenced_blobs"] == 0, res.stdout
+    assert list(snapshots(shared)) == ["mlp"]

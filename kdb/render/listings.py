@@ -106,6 +106,37 @@ def render_verify(report: Any, fmt: str) -> str:
     return out
 
 
+def render_transfer(results: list[Any], verb: str, source: str, dest: str, fmt: str) -> str:
+    """`kdb push` / `kdb pull`: per snapshot, whether it travelled and how many blobs and bytes did."""
+    rows = [
+        {
+            "tag": r.tag,
+            "dest_tag": r.dest_tag,
+            "status": r.status,
+            "kernels": r.kernels,
+            "blobs": r.blobs,
+            "blobs_copied": r.blobs_copied,
+            "bytes_copied": r.bytes_copied,
+        }
+        for r in results
+    ]
+    if fmt == "json":
+        return to_json({"command": verb, "from": source, "to": dest, "snapshots": rows})
+    if fmt == "csv":
+        return table_csv(list(rows[0]) if rows else [], [list(r.values()) for r in rows])
+    lines = []
+    for r in results:
+        renamed = f" as {r.dest_tag}" if r.dest_tag != r.tag else ""
+        if r.status == "present":
+            lines.append(f"{verb} {r.tag}{renamed}: already there (same files), nothing copied\n")
+        else:
+            lines.append(
+                f"{verb} {r.tag}{renamed}: {r.kernels} kernels; {r.blobs_copied} of {r.blobs} blobs copied "
+                f"({human_bytes(r.bytes_copied)}), the rest were there already\n"
+            )
+    return "".join(lines) + f"  from {source}\n  to   {dest}\n"
+
+
 def gc_summary(result: Any) -> str:
     out = (
         f"gc: deleted {result.blobs_deleted} blobs and {result.temporaries_deleted} temporaries, "

@@ -115,6 +115,24 @@ class BlobStore:
             raise IntegrityError(f"{path.name} changed while it was being stored")
         return PutResult(digest, size, final.stat().st_size, new=new)
 
+    def put_compressed(self, digest: str, size: int, payload: bytes) -> bool:
+        """Install a blob as another store holds it (zstd frame), after checking that it decompresses to
+        `size` bytes hashing to `digest`; never trust the source. False when this store has it already."""
+        final = self.path_for(digest)
+        if self._reuse(final):
+            return False
+        data = self._decompress(digest, payload, size)
+        if len(data) != size or hash_bytes(data) != digest:
+            raise IntegrityError(f"blob {digest} is corrupted (content does not match its hash)")
+        return self._install(final, lambda fh: fh.write(payload))
+
+    def read_compressed(self, digest: str) -> bytes:
+        """The stored frame of a blob, as it is on disk (checked by the store that receives it)."""
+        try:
+            return self.path_for(digest).read_bytes()
+        except FileNotFoundError:
+            raise IntegrityError(f"blob {digest} is missing from the store") from None
+
     @staticmethod
     def _reuse(final: Path) -> bool:
         """True when the blob is stored already; its mtime is refreshed, which keeps a shared home's gc

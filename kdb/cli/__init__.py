@@ -50,7 +50,9 @@ _readable_types()
 
 
 class State:
-    home: Home
+    home: Home  # where commands act: the shared home when one is given, else the local one
+    local_home: Home  # --home / $KDB_HOME / the user data dir, whatever else is given (push/pull)
+    shared_home: Home | None
     wait: float
 
 
@@ -109,7 +111,9 @@ def _global(
     ] = False,
 ) -> None:
     shared = resolve_shared(catalog, store)
-    state.home = Home.shared(*shared) if shared else Home(resolve_home(home))
+    state.local_home = Home(resolve_home(home))
+    state.shared_home = Home.shared(*shared) if shared else None
+    state.home = state.shared_home or state.local_home
     state.wait = wait
 
 
@@ -572,3 +576,6 @@ def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
         Catalog.open(temp_home.catalog_path, read_only=True, wait_s=state.wait) as catalog,
     ):
         yield catalog, temp_home.store, tag, str(path)
+
+
+from kdb.cli import fleet as _fleet  # noqa: E402, F401  (registers push and pull on `app`)
