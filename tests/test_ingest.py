@@ -63,6 +63,48 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     assert [t["tag"] for t in tags] == ["first", "second"]
 
 
+def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_path, capsys):
+    """Change detection from file metadata (size, mtime, inode), as git's index: an unchanged directory is not
+    read again; a folder with a touched or rewritten file is; --rehash reads everything."""
+    import os
+    import shutil
+
+    cache = tmp_path / "cache"
+    shutil.copytree(unpack_snapshot(AMD_PAIR), cache)
+    home = tmp_path / "home"
+    first = kdb(capsys, home, "ingest", str(cache), "--tag", "first", "--format", "json").json()
+    assert first["files_unchanged"] == 0
+    second = kdb(capsys, home, "ingest", str(cache), "--tag", "second", "--format", "json").json()
+    assert second["files_unchanged"] == second["files"] == first["files"] and second["new_bytes"] == 0
+    folders = sorted(p for p in cache.iterdir() if p.is_dir())
+    touched, rewritten = folders[0], folders[1]
+    ttir = next(touched.glob("*.ttir"))
+    os.utime(ttir, ns=(ttir.stat().st_atime_ns, ttir.stat().st_mtime_ns + 1_000_000_000))
+    source = next(rewritten.glob("*.ttir"))
+    text = source.read_text()
+    source.write_text(text + "// rewritten\n")
+    third = kdb(capsys, home, "ingest", str(cache), "--tag", "third", "--format", "json").json()
+    reread = sum(1 for p in touched.iterdir()) + sum(1 for p in rewritten.iterdir())
+    assert third["files_unchanged"] == third["files"] - reread
+    assert third["new_bytes"] > 0  # the rewritten file is new content
+    rel = f"{rewritten.name}/{source.name}"
+    assert kdb_subprocess(home, "cat", "third", rel, binary=True).out == source.read_bytes()
+    assert kdb_subprocess(home, "cat", "second", rel, binary=True).out == text.encode()
+    # the known limit of metadata checks: same size, same mtime and inode, other bytes; --rehash reads them
+    stat = source.stat()
+    changed = source.read_bytes().replace(b"rewritten", b"REWRITTEN")
+    with open(source, "r+b") as fh:  # in place: the inode stays
+        fh.write(changed)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    missed = kdb(capsys, home, "ingest", str(cache), "--tag", "fourth", "--format", "json").json()
+    assert missed["files_unchanged"] == missed["files"]
+    assert kdb_subprocess(home, "cat", "fourth", rel, binary=True).out != changed
+    rehashed = kdb(capsys, home, "ingest", str(cache), "--tag", "fifth", "--rehash", "--format", "json").json()
+    assert rehashed["files_unchanged"] == 0
+    assert kdb_subprocess(home, "cat", "fifth", rel, binary=True).out == changed
+    assert kdb(capsys, home, "verify").code == 0
+
+
 def test_snapshots_share_a_folder_set_until_the_last_is_removed(unpack_snapshot, tmp_path, capsys):
     cache = unpack_snapshot(AMD_PAIR)
     home = tmp_path / "home"

@@ -135,6 +135,13 @@ def ingest(
             help="disassemble NVIDIA cubins with nvdisasm for the SASS mix (the PTX mix is always kept)",
         ),
     ] = True,
+    rehash: Annotated[
+        bool,
+        typer.Option(
+            "--rehash",
+            help="read every file, even those whose size, mtime and inode match the last ingest of DIR",
+        ),
+    ] = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Snapshot a whole Triton cache into the store and catalog."""
@@ -163,6 +170,7 @@ def ingest(
             progress=on_progress,
             lock_wait_s=state.wait,
             options=AnalysisOptions(sass=sass),
+            rehash=rehash,
         )
     if fmt == "json":
         _out(tables.to_json(summary.__dict__))

@@ -64,6 +64,8 @@ AUTOTUNE_COLUMNS = [
     "link",
     "link_detail",
 ]
+# migration 007: the ingested directory's file metadata (the host and directory are the snapshot's)
+FILE_STAT_COLUMNS = ["path", "size", "mtime_ns", "ino", "hash"]
 # Rows an ingest stages (kdb/store/staging.py) before one transaction moves them into the catalog.
 STAGED_COLUMNS: dict[str, list[str]] = {
     "blobs": BLOB_COLUMNS,
@@ -76,5 +78,6 @@ STAGED_COLUMNS: dict[str, list[str]] = {
     "inductor_modules": INDUCTOR_MODULE_COLUMNS,
     "kernel_modules": KERNEL_MODULE_COLUMNS,
     "autotune_results": AUTOTUNE_COLUMNS,
+    "file_stats": FILE_STAT_COLUMNS,
     **TABLE_COLUMNS,
 }

@@ -6,6 +6,7 @@ transaction. A kill at any point leaves at worst unreferenced blobs, which `kdb 
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -21,7 +22,7 @@ from kdb.errors import InputError, TagError, UsageError
 from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link_inductor
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
-from kdb.ingest.worker import GroupResult, groups_of, run_groups
+from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
 from kdb.store.catalog import Catalog, Table
 from kdb.store.home import CollectedMeanwhile, Home
 from kdb.store.staging import Staging
@@ -48,6 +49,8 @@ class IngestSummary:
     links: dict[str, dict[str, int]] = field(default_factory=dict)  # link kind -> {linked how / ambiguous / missing: n}
     # kernels analysed now whose mix is not from the best source, by why (instr_note): "no SASS: …" -> n
     notes: dict[str, int] = field(default_factory=dict)
+    # files whose size, mtime and inode matched the last ingest of the directory: not read again
+    files_unchanged: int = 0
 
 
 def validate_tag(tag: str) -> str:
@@ -78,6 +81,7 @@ def ingest(
     progress: Callable[[int, int, int, int], None] | None = None,
     lock_wait_s: float = 600.0,
     options: AnalysisOptions = DEFAULT_OPTIONS,
+    rehash: bool = False,
 ) -> IngestSummary:
     validate_tag(tag)
     started = time.monotonic()
@@ -103,6 +107,7 @@ def ingest(
                 progress,
                 lock_wait_s,
                 options,
+                rehash,
             )
             break
         except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
@@ -122,6 +127,7 @@ def ingest(
         found=links.found,
         links={kind: dict(counts) for kind, counts in links.links.items()},
         notes=notes,
+        files_unchanged=totals.get("files_unchanged", 0),
     )
 
 
@@ -138,20 +144,24 @@ def _ingest_once(
     progress: Callable[[int, int, int, int], None] | None,
     lock_wait_s: float,
     options: AnalysisOptions,
+    rehash: bool,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
             known = catalog.known_folders([key for key, _, _ in groups if key is not None])
+            stats = {} if rehash else catalog.file_stats(socket.gethostname(), str(source.resolve()))
             schema = catalog.staging_schema(STAGED_COLUMNS)
+        reused, groups = reuse_unchanged(groups, known, stats)
         home.store.ensure()
         staging = Staging(home.staging_path, schema)
         try:
             seen = _Seen()
             totals = _store_and_stage(
-                home, staging, walk, groups, known, workers, max_file_bytes, progress, options, seen
+                home, staging, walk, (reused, groups), known, workers, max_file_bytes, progress, options, seen
             )
+            totals["files_unchanged"] = sum(len(r.files) for r in reused)
             links = _link(home, seen, lock_wait_s)
             tables = {name: Table(name, STAGED_COLUMNS[name]) for name in links.rows}
             for name, rows in links.rows.items():
@@ -250,7 +260,7 @@ def _store_and_stage(
     home: Home,
     staging: Staging,
     walk: Walk,
-    groups: list[tuple[str | None, list[WalkedFile], bool]],
+    work: tuple[list[GroupResult], list[tuple[str | None, list[WalkedFile], bool]]],
     known: dict[str, frozenset[str]],
     workers: int,
     max_file_bytes: int,
@@ -258,7 +268,10 @@ def _store_and_stage(
     options: AnalysisOptions,
     seen: _Seen,
 ) -> dict[str, int]:
-    """Store every file and stage every row; return the snapshot's file count and byte totals."""
+    """Store every file and stage every row; return the snapshot's file count and byte totals. `work`: the
+    results made from file metadata alone (reuse_unchanged), and the groups to read."""
+    reused, groups = work
+    walked = {f.rel: f for f in walk.files}
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
     for p in walk.problems:
         tables["file_problems"].add(
@@ -268,30 +281,8 @@ def _store_and_stage(
     total_bytes = sum(f.size for f in walk.files)
     totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
     done_files = 0
-    for result in run_groups(home.store.root, groups, max_file_bytes, workers, known, options):
-        for row in result.blobs:
-            tables["blobs"].add(**row)
-        for path, key, stage, reason in result.problems:
-            tables["file_problems"].add(path=path, cache_key=key, stage=stage, reason=reason)
-        if result.cache_key is None:
-            for row in result.files:
-                tables["top_files"].add(path=row["name"], hash=row["hash"], size=row["size"], kind=row["kind"])
-        elif result.files:
-            tables["folder_sets"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
-            if not result.known:
-                tables["folders"].add(
-                    folder_digest=result.folder_digest,
-                    cache_key=result.cache_key,
-                    file_count=len(result.files),
-                    bytes=result.bytes_read,
-                )
-                for row in result.files:
-                    tables["folder_files"].add(folder_digest=result.folder_digest, **row)
-        if result.analysis is not None and result.analysis.kernel is not None:
-            tables["kernel_folders"].add(**result.analysis.kernel)
-            for name, rows in result.analysis.rows.items():
-                for row in rows:
-                    tables[name].add(**row)
+    for result in itertools.chain(reused, run_groups(home.store.root, groups, max_file_bytes, workers, known, options)):
+        _stage(tables, result, walked)
         seen.add(result)
         totals["new_bytes"] += result.new_bytes
         totals["raw_bytes"] += result.bytes_read
@@ -303,6 +294,37 @@ def _store_and_stage(
             flush(staging, tables)
     flush(staging, tables)
     return totals
+
+
+def _stage(tables: dict[str, Table], result: GroupResult, walked: dict[str, WalkedFile]) -> None:
+    """The rows of one stored (or metadata-reused) group."""
+    prefix = "" if result.cache_key is None else result.cache_key + "/"
+    for row in result.files:  # the directory's metadata index, for the next ingest of it
+        f = walked[prefix + row["name"]]
+        tables["file_stats"].add(path=f.rel, size=row["size"], mtime_ns=f.mtime_ns, ino=f.ino, hash=row["hash"])
+    for row in result.blobs:
+        tables["blobs"].add(**row)
+    for path, key, stage, reason in result.problems:
+        tables["file_problems"].add(path=path, cache_key=key, stage=stage, reason=reason)
+    if result.cache_key is None:
+        for row in result.files:
+            tables["top_files"].add(path=row["name"], hash=row["hash"], size=row["size"], kind=row["kind"])
+    elif result.files:
+        tables["folder_sets"].add(cache_key=result.cache_key, folder_digest=result.folder_digest)
+        if not result.known:
+            tables["folders"].add(
+                folder_digest=result.folder_digest,
+                cache_key=result.cache_key,
+                file_count=len(result.files),
+                bytes=result.bytes_read,
+            )
+            for row in result.files:
+                tables["folder_files"].add(folder_digest=result.folder_digest, **row)
+    if result.analysis is not None and result.analysis.kernel is not None:
+        tables["kernel_folders"].add(**result.analysis.kernel)
+        for name, rows in result.analysis.rows.items():
+            for row in rows:
+                tables[name].add(**row)
 
 
 def flush(staging: Staging, tables: dict[str, Table]) -> None:

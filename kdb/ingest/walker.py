@@ -63,6 +63,8 @@ class WalkedFile:
     size: int
     kind: str
     folder: str | None  # the kernel folder holding the file, else its first path component (None at the top)
+    mtime_ns: int = 0  # with size and inode: how the next ingest of the directory tells the file is unchanged
+    ino: int = 0
 
 
 @dataclass
@@ -145,7 +147,9 @@ def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
                 walk.problems.append(WalkProblem(rel, f"cannot read directory: {exc.strerror}"))
         elif stat.S_ISREG(st.st_mode):
             folder = rel.split("/", 1)[0] if "/" in rel else None
-            walk.files.append(WalkedFile(rel, Path(entry.path), st.st_size, classify(name), folder))
+            walk.files.append(
+                WalkedFile(rel, Path(entry.path), st.st_size, classify(name), folder, st.st_mtime_ns, st.st_ino)
+            )
         else:
             walk.problems.append(WalkProblem(rel, "not a regular file; skipped"))
 

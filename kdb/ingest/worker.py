@@ -108,6 +108,43 @@ def _store_group(
 
 
 Group = tuple[str | None, list[WalkedFile], bool]  # folder (cache key), its files, whether it is a kernel folder
+# path -> (size, mtime_ns, inode, blob hash, stored size) of the files the last ingest of the directory read
+FileStats = dict[str, tuple[int, int, int, str, int]]
+
+
+def reuse_unchanged(
+    groups: list[Group], known: dict[str, frozenset[str]], stats: FileStats
+) -> tuple[list[GroupResult], list[Group]]:
+    """Split the groups into results made from file metadata alone and groups that must be read.
+
+    A group whose every file has the size, mtime and inode the last ingest recorded takes that ingest's
+    hashes without being read; a kernel folder then needs its digest to be one the catalog holds (it was
+    stored and analysed before), a group of loose files needs nothing more (its blobs are in the catalog)."""
+    reused: list[GroupResult] = []
+    remaining: list[Group] = []
+    for group in groups:
+        cache_key, files, _ = group
+        recorded = [stats.get(f.rel) for f in files]
+        if not files or any(
+            r is None or r[:3] != (f.size, f.mtime_ns, f.ino) for f, r in zip(files, recorded, strict=True)
+        ):
+            remaining.append(group)
+            continue
+        prefix = "" if cache_key is None else cache_key + "/"
+        out = GroupResult(cache_key)
+        for f, r in zip(files, recorded, strict=True):
+            assert r is not None
+            out.files.append({"name": f.rel[len(prefix) :], "hash": r[3], "size": f.size, "kind": f.kind})
+            out.blobs.append({"hash": r[3], "size": f.size, "stored_size": r[4]})
+            out.bytes_read += f.size
+        if cache_key is not None:
+            out.folder_digest = folder_digest(cache_key, [(r["name"], r["hash"]) for r in out.files])
+            out.known = out.folder_digest in known.get(cache_key, frozenset())
+            if not out.known:  # same files, but the catalog lost the folder (removed and collected): read it
+                remaining.append(group)
+                continue
+        reused.append(out)
+    return reused, remaining
 
 
 def _store_groups(

@@ -66,6 +66,11 @@ def render_ingest(summary: Any) -> str:
         f"{summary.problems} problems, {summary.seconds:.1f} s"
     )
     out = line + "\n"
+    if getattr(summary, "files_unchanged", 0):
+        out += (
+            f"  {summary.files_unchanged} of {summary.files} files unchanged since the last ingest of this directory "
+            "(size, mtime, inode): not read again (--rehash reads them)\n"
+        )
     found = getattr(summary, "found", None) or {}
     if found.get("generated_modules") or found.get("best_configs") or found.get("autotune_files"):
         out += (

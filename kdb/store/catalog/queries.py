@@ -18,6 +18,16 @@ class CatalogQueries(CatalogConnection):
         ).fetchall()
         return {key: frozenset(digests) for key, digests in rows}
 
+    def file_stats(self, host: str, source_path: str) -> dict[str, tuple[int, int, int, str, int]]:
+        """path -> (size, mtime_ns, inode, hash, stored size) of the files the last ingest of this directory on
+        this host read (schema/007_file_stats.sql), for blobs the catalog still holds."""
+        rows = self.con.execute(
+            "SELECT f.path, f.size, f.mtime_ns, f.ino, f.hash, b.stored_size FROM file_stats f "
+            "JOIN blobs b USING (hash) WHERE f.host = ? AND f.source_path = ?",
+            [host, source_path],
+        ).fetchall()
+        return {path: (size, mtime, ino, digest, stored) for path, size, mtime, ino, digest, stored in rows}
+
     def link_facts(self, digests: Sequence[str]) -> list[dict[str, Any]]:
         """What an ingest links Inductor files by, for kernel folders the catalog holds already."""
         return self._dicts(

@@ -12,9 +12,9 @@ import duckdb
 from kdb.errors import KdbError
 from kdb.store.catalog.connection import CatalogConnection, literal
 
-# Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations
-# and the shared catalog's commit counter.
-NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits")
+# Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations,
+# the shared catalog's commit counter and the ingested directories' metadata index (of one host).
+NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits", "file_stats")
 
 
 class SnapshotTransfer(CatalogConnection):

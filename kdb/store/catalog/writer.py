@@ -92,6 +92,16 @@ class SnapshotWriter(CatalogConnection):
             cols = ", ".join(columns)
             if name == "folder_sets":
                 continue  # recorded above, once per distinct set
+            if name == "file_stats":  # this directory's metadata index replaces the last one
+                self.con.execute(
+                    "DELETE FROM file_stats WHERE host = ? AND source_path = ?",
+                    [snapshot["host"], snapshot["source_path"]],
+                )
+                self.con.execute(
+                    f"INSERT INTO file_stats (host, source_path, {cols}) SELECT ?, ?, {cols} FROM staged.file_stats",
+                    [snapshot["host"], snapshot["source_path"]],
+                )
+                continue
             if present and "folder_digest" in columns:  # recorded by another writer meanwhile
                 self.con.execute(
                     f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name} "
