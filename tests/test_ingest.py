@@ -105,6 +105,46 @@ def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_p
     assert kdb(capsys, home, "verify").code == 0
 
 
+def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_path, capsys, monkeypatch):
+    """Tables of 2,000+ rows are loaded through DuckDB's JSON reader instead of bound parameters (faster):
+    every row of every table equals what the parameter path stores, on a real cache (AMD and NVIDIA)."""
+    from kdb.store.catalog import connection
+
+    loaded: list[tuple[str, bool]] = []
+    original = connection._insert_via_json
+
+    def spy(con, table, types):
+        ok = original(con, table, types)
+        loaded.append((table.name, ok))
+        return ok
+
+    monkeypatch.setattr(connection, "_insert_via_json", spy)
+    homes = {}
+    threshold_json = connection.JSON_LOAD_MIN_ROWS
+    for path_name, threshold in (("json", threshold_json), ("params", 10**12)):
+        monkeypatch.setattr(connection, "JSON_LOAD_MIN_ROWS", threshold)
+        homes[path_name] = tmp_path / path_name
+        for name in (AMD_PAIR, "t3.6.0-sm80"):
+            assert kdb(capsys, homes[path_name], "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
+    con = duckdb.connect()
+    for path_name, home in homes.items():
+        con.execute(f"ATTACH '{home / 'catalog.duckdb'}' AS {path_name} (READ_ONLY)")
+    tables = [
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'json' AND table_name <> 'snapshots'"
+        ).fetchall()
+    ]
+    assert ("instr_mix_counts", True) in loaded and all(ok for _, ok in loaded)  # taken, and never fell back
+    for table in tables:
+        ignore = " EXCLUDE (applied_at)" if table == "schema_migrations" else ""
+        for a, b in (("json", "params"), ("params", "json")):
+            extra = con.execute(
+                f"SELECT count(*) FROM (SELECT *{ignore} FROM {a}.{table} EXCEPT ALL SELECT *{ignore} FROM {b}.{table})"
+            ).fetchone()
+            assert extra == (0,), (table, a, b)
+
+
 def test_snapshots_share_a_folder_set_until_the_last_is_removed(unpack_snapshot, tmp_path, capsys):
     cache = unpack_snapshot(AMD_PAIR)
     home = tmp_path / "home"
