@@ -92,14 +92,19 @@ class SnapshotWriter(CatalogConnection):
             cols = ", ".join(columns)
             if name == "folder_sets":
                 continue  # recorded above, once per distinct set
-            if name == "file_stats":  # this directory's metadata index replaces the last one
+            if name == "file_stats":  # this directory's metadata index: only the rows that changed are written
+                where = [snapshot["host"], snapshot["source_path"]]
                 self.con.execute(
-                    "DELETE FROM file_stats WHERE host = ? AND source_path = ?",
-                    [snapshot["host"], snapshot["source_path"]],
+                    "DELETE FROM file_stats f WHERE host = ? AND source_path = ? AND NOT EXISTS (SELECT 1 FROM "
+                    "staged.file_stats s WHERE s.path = f.path AND s.size = f.size AND s.mtime_ns = f.mtime_ns "
+                    "AND s.ino = f.ino AND s.hash = f.hash)",
+                    where,
                 )
                 self.con.execute(
-                    f"INSERT INTO file_stats (host, source_path, {cols}) SELECT ?, ?, {cols} FROM staged.file_stats",
-                    [snapshot["host"], snapshot["source_path"]],
+                    f"INSERT INTO file_stats (host, source_path, {cols}) SELECT ?, ?, {cols} FROM staged.file_stats s "
+                    "WHERE NOT EXISTS (SELECT 1 FROM file_stats f WHERE f.host = ? AND f.source_path = ? "
+                    "AND f.path = s.path)",
+                    where + where,
                 )
                 continue
             if present and "folder_digest" in columns:  # recorded by another writer meanwhile
