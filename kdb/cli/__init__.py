@@ -59,6 +59,7 @@ class State:
 state = State()
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json or csv")]
+TagArg = Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")]
 
 
 def _fmt(value: str, allowed: tuple[str, ...] = tables.FORMATS) -> str:
@@ -255,7 +256,7 @@ def reindex(
 
 
 @app.command()
-def rm(tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")]) -> None:
+def rm(tag: TagArg) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
     from kdb.store.maintenance import remove_snapshot
 
@@ -306,7 +307,7 @@ def verify(fmt: FormatOpt = "table") -> None:
 
 @app.command()
 def export(
-    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    tag: TagArg,
     dest: Annotated[Path, typer.Argument(metavar="DEST", help="new or empty directory to restore the cache into")],
 ) -> None:
     """Restore a snapshot's files, byte for byte, under DEST (never outside it)."""
@@ -318,7 +319,7 @@ def export(
 
 @app.command()
 def cat(
-    tag: Annotated[str, typer.Argument(metavar="TAG", help="snapshot tag")],
+    tag: TagArg,
     path: Annotated[str, typer.Argument(metavar="PATH", help="file path relative to the cache root")],
 ) -> None:
     """Write one stored file to standard output."""

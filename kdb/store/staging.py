@@ -30,7 +30,7 @@ class Staging:
     def add(self, table: Table) -> None:
         staged = Table(table.name, [c for c in table.columns if c != "snapshot_id"])
         staged.data = {c: table.data[c] for c in staged.columns}
-        bulk_insert(self.con, staged, self.schema[table.name])
+        bulk_insert(self.con, staged, self.schema[table.name], via_json=True)
 
     def close(self) -> None:
         self.con.execute("CHECKPOINT")

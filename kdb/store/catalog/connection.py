@@ -40,7 +40,7 @@ BUSY_POLL_S = 0.2
 T = TypeVar("T")
 WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
 JSON_LOAD_MIN_ROWS = 2000  # below this, binding parameters is as fast as writing and reading a file
-JSON_LOAD_MEMORY = "256MB"  # DuckDB's limit while its JSON reader loads one table's rows
+JSON_LOAD_MEMORY = "128MB"  # DuckDB's limit while its JSON reader loads one table's rows
 
 MIGRATIONS_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -93,14 +93,15 @@ class Table:
         self.data = {c: [] for c in self.columns}
 
 
-def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> None:
+def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str], *, via_json: bool = False) -> None:
     """Insert a column-wise Table in one statement (no value ever enters the SQL text). Large tables go
     through a newline-delimited JSON file that DuckDB's own reader parses: binding Python values as
     parameters costs DuckDB 1.5 three failed `import pandas` per value (a third of a first ingest's
-    catalog time); the parameter path stays for small tables and for values JSON cannot carry."""
+    catalog time); the parameter path stays for small tables and for values JSON cannot carry. `via_json`
+    only on a connection outside any transaction (an ingest's staging file): the load ends with a CHECKPOINT."""
     if not len(table):
         return
-    if len(table) >= JSON_LOAD_MIN_ROWS and _insert_via_json(con, table, types):
+    if via_json and len(table) >= JSON_LOAD_MIN_ROWS and _insert_via_json(con, table, types):
         return
     selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
     cols = ", ".join(table.columns)
@@ -142,6 +143,9 @@ def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[s
         return False
     finally:
         path.unlink(missing_ok=True)
+        # written out while the higher limit holds: back under the low one, DuckDB must be able to evict
+        # what the load cached, or its next automatic checkpoint fails to pin a block (seen at 10k kernels)
+        con.execute("CHECKPOINT")
         if limit is not None:
             con.execute(f"SET memory_limit = {literal(str(limit[0]))}")
 
