@@ -30,6 +30,14 @@ METRICS: tuple[str, ...] = (
 )
 LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
 FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS
+
+
+def short_key(key: str | None) -> str:
+    """The first 6 characters of the kernel's folder name (Inductor caches nest it: `triton/0/<folder>`);
+    `kdb show --kernel PREFIX` takes it back."""
+    return key.rsplit("/", 1)[-1][:6] if key else "-"
+
+
 DEFAULT_MIN_MATCH = 0.5
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff, short_key
 from kdb.diff.rules import evaluate_rule
 from kdb.diff.winners import listed, winner_lines, winners_summary
 from kdb.render.tables import elide_end, elide_middle, fitted_table, paint
@@ -47,12 +47,6 @@ def summary_line(r: DiffResult) -> str:
         f"same {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
         f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}"
     )
-
-
-def short_key(key: str | None) -> str:
-    """The first 6 characters of the kernel's folder name (Inductor caches nest it: `triton/0/<folder>`);
-    `kdb show TAG PREFIX` takes it back."""
-    return key.rsplit("/", 1)[-1][:6] if key else "-"
 
 
 def kernel_key(k: KernelDiff) -> str:

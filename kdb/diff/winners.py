@@ -16,14 +16,15 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
-from kdb.diff.model import KernelFacts, Rule, Winner, WinnerDiff
+from kdb.diff.model import KernelFacts, Rule, Winner, WinnerDiff, short_key
 from kdb.diff.rules import evaluate_winner_rule, winner_worse
 from kdb.diff.sides import Row, Side
 
 _ORDER = {"flip": 0, "only_a": 1, "only_b": 2, "same": 3}
 
 
-def _config(raw: Any) -> dict[str, Any]:
+def parse_config(raw: Any) -> dict[str, Any]:
+    """A config as the catalog stores it (JSON text) -> {"kwargs": …, "num_warps": …, …}."""
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -37,7 +38,7 @@ def _winner(row: Row, facts: dict[str, KernelFacts]) -> Winner:
     return Winner(
         source=row["source"],
         path=row["path"],
-        config=_config(row.get("config")),
+        config=parse_config(row.get("config")),
         time_ms=row.get("time_ms"),
         tuning_ms=row.get("tuning_ms"),
         found_by_coordesc=row.get("found_by_coordesc"),
@@ -146,9 +147,11 @@ def timing_text(w: Winner) -> str:
 def resources_text(w: Winner) -> str:
     """`regs 32, local 0 B, occ 64 warps [abc123]` (AMD: VGPRs, spills, scratch) of the linked folder, or
     why there is none."""
-    f = w.facts
-    if f is None:
-        return f"no linked folder ({w.link})"
+    return f"no linked folder ({w.link})" if w.facts is None else facts_text(w.facts)
+
+
+def facts_text(f: KernelFacts) -> str:
+    """A kernel folder's registers, spills or local memory, occupancy and short key, in one phrase."""
     cuda = f.backend == "cuda"
     items: list[tuple[str, Any]] = [("regs" if cuda else "VGPRs", f.get("registers" if cuda else "vgpr_count"))]
     if cuda:
@@ -163,7 +166,7 @@ def resources_text(w: Winner) -> str:
         lim = f.get("occupancy_limiter")
         items.append(("occ", f"{occ}{' ' + lim if lim else ''}"))
     text = ", ".join(f"{k} {v}" for k, v in items if v is not None)
-    return f"{text} [{f.cache_key.rsplit('/', 1)[-1][:6]}]"
+    return f"{text} [{short_key(f.cache_key)}]"
 
 
 def _sum(a: Any, b: Any) -> Any:

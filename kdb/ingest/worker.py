@@ -119,7 +119,8 @@ def reuse_unchanged(
 
     A group whose every file has the size, mtime and inode the last ingest recorded takes that ingest's
     hashes without being read; a kernel folder then needs its digest to be one the catalog holds (it was
-    stored and analysed before), a group of loose files needs nothing more (its blobs are in the catalog)."""
+    stored and analysed before; as for a known folder a worker hashed, no blob rows), a group of loose files
+    restates its blob rows (a concurrent gc that dropped one is then caught at the commit)."""
     reused: list[GroupResult] = []
     remaining: list[Group] = []
     for group in groups:
@@ -135,7 +136,8 @@ def reuse_unchanged(
         for f, r in zip(files, recorded, strict=True):
             assert r is not None
             out.files.append({"name": f.rel[len(prefix) :], "hash": r[3], "size": f.size, "kind": f.kind})
-            out.blobs.append({"hash": r[3], "size": f.size, "stored_size": r[4]})
+            if cache_key is None:
+                out.blobs.append({"hash": r[3], "size": f.size, "stored_size": r[4]})
             out.bytes_read += f.size
         if cache_key is not None:
             out.folder_digest = folder_digest(cache_key, [(r["name"], r["hash"]) for r in out.files])

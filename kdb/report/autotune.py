@@ -5,29 +5,14 @@ time and a linked folder can be drawn, and the caption says how many could not."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from kdb.diff.model import WinnerDiff
-from kdb.diff.winners import config_text, resources_text, timing_text
+from kdb.diff.model import KernelFacts, WinnerDiff
+from kdb.diff.winners import config_text, facts_text, parse_config, resources_text, timing_text
+from kdb.report.data import registers_of
 
 Row = dict[str, Any]
-
-
-def _config(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
-    return raw
-
-
-def registers(row: Row) -> float | None:
-    """VGPRs (NVIDIA: registers per thread) of the folder linked to a config."""
-    value = row.get("registers") if row.get("backend") == "cuda" else row.get("vgpr_count")
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _ms(v: Any) -> str:
@@ -35,20 +20,10 @@ def _ms(v: Any) -> str:
 
 
 def _resources(row: Row) -> str:
+    """The linked folder's resources, worded as the diff's winner lines word them."""
     if row.get("cache_key") is None:
         return f"no linked folder ({row.get('link')})"
-    regs = registers(row)
-    cuda = row.get("backend") == "cuda"
-    spills = (row.get("vgpr_spill_count") or 0) + (row.get("sgpr_spill_count") or 0)
-    scratch = row.get("local_bytes") if cuda else row.get("scratch_bytes")
-    parts = [f"{'regs' if cuda else 'VGPRs'} {'-' if regs is None else int(regs)}"]
-    if spills:
-        parts.append(f"spills {spills}")
-    if scratch:
-        parts.append(f"{'local' if cuda else 'scratch'} {scratch} B")
-    if row.get("occupancy") is not None:
-        parts.append(f"occ {row['occupancy']} {row.get('occupancy_limiter') or ''}".rstrip())
-    return ", ".join(parts)
+    return facts_text(KernelFacts.from_row(row))
 
 
 def points(sides: Sequence[tuple[str, list[Row]]]) -> tuple[dict[str, list[dict[str, Any]]], int]:
@@ -59,7 +34,7 @@ def points(sides: Sequence[tuple[str, list[Row]]]) -> tuple[dict[str, list[dict[
     for label, rows in sides:
         prefix = f"{label} " if len(sides) > 1 else ""
         for row in rows:
-            regs, time = registers(row), row.get("time_ms")
+            regs, time = registers_of(row), row.get("time_ms")
             if regs is None or time is None:
                 undrawn += 1
                 continue
@@ -69,7 +44,7 @@ def points(sides: Sequence[tuple[str, list[Row]]]) -> tuple[dict[str, list[dict[
                     "regs": regs,
                     "occupancy": row.get("occupancy"),
                     "time": float(time),
-                    "text": f"{row.get('kernel_name') or row['path']} {config_text(_config(row.get('config')))}"
+                    "text": f"{row.get('kernel_name') or row['path']} {config_text(parse_config(row.get('config')))}"
                     f"<br>{_resources(row)}",
                 }
             )
@@ -100,10 +75,10 @@ def tuned_kernels(rows: list[Row]) -> list[list[str]]:
                 members[0].get("kernel_name") or path,
                 source,
                 f"{len(members)} ({timed} timed)",
-                config_text(_config(best.get("config"))) if best else "-",
+                config_text(parse_config(best.get("config"))) if best else "-",
                 _ms(best.get("time_ms")) if best else "-",
                 _resources(best) if best else "-",
-                config_text(_config(runner.get("config"))) if runner else "-",
+                config_text(parse_config(runner.get("config"))) if runner else "-",
                 _ms(runner.get("time_ms")) if runner else "-",
                 _resources(runner) if runner else "-",
                 ratio,

@@ -194,8 +194,13 @@ def occupancy_by_limiter(kernels: list[dict[str, Any]]) -> dict[str, dict[str, i
     return {lim: dict(c) for lim, c in sorted(out.items())}
 
 
+def registers_of(row: dict[str, Any]) -> float | None:
+    """VGPRs of a `kernels` row (NVIDIA: registers per thread), the one count the plots draw."""
+    return _num(row.get("registers") if row.get("backend") == "cuda" else row.get("vgpr_count"))
+
+
 def register_values(kernels: list[dict[str, Any]]) -> list[float]:
-    values = [_num(k.get("registers") if k.get("backend") == "cuda" else k.get("vgpr_count")) for k in kernels]
+    values = [registers_of(k) for k in kernels]
     return [v for v in values if v is not None]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -136,10 +135,7 @@ def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[s
             f"format = 'newline_delimited', columns = {spec}, maximum_object_size = 1048576)"
         )
         return True
-    except duckdb.Error as exc:
-        if os.environ.get("KDB_DEBUG"):
-            raise
-        del exc
+    except duckdb.Error:
         return False
     finally:
         path.unlink(missing_ok=True)

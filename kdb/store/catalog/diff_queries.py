@@ -29,20 +29,26 @@ class DiffQueries(CatalogConnection):
             [sid],
         )
 
-    def diff_winners(self, tag: str) -> list[dict[str, Any]]:
-        """The autotune winners of a snapshot (`.best_config` files, and the best entries of Triton's
-        `*.autotune.json`), with the kernel folder each is linked to (schema/005_inductor.sql)."""
+    def autotune_configs(self, tag: str) -> list[dict[str, Any]]:
+        """Every autotune row of a snapshot (`.best_config` winners and each timed config of Triton's
+        `*.autotune.json`, schema/005_inductor.sql) with the `kernels` row of the folder linked to it (its
+        columns NULL when none is), in file order."""
         sid = self.require_snapshot(tag)
         return self._dicts(
             """
-            SELECT source, path, entry, kernel_name, module_path, key, config, time_ms, tuning_ms,
-                   found_by_coordesc, cache_key, link, link_detail
-            FROM autotune_results
-            WHERE snapshot_id = ? AND is_best
-            ORDER BY source, path, entry
+            SELECT r.* EXCLUDE (snapshot_id), k.* EXCLUDE (tag, cache_key, snapshot_id)
+            FROM autotune_results r
+            LEFT JOIN kernels k ON k.snapshot_id = r.snapshot_id AND k.cache_key = r.cache_key
+            WHERE r.snapshot_id = ?
+            ORDER BY r.source, r.path, r.entry
             """,
             [sid],
         )
+
+    def diff_winners(self, tag: str) -> list[dict[str, Any]]:
+        """The autotune winners of a snapshot (`.best_config` files, and the best entries of Triton's
+        `*.autotune.json`), with the kernel folder each is linked to."""
+        return [row for row in self.autotune_configs(tag) if row["is_best"]]
 
     def kernel_documents(self, folder_digests: Sequence[str]) -> dict[str, dict[str, Any]]:
         """Triton JSON, code-object metadata, descriptor and `; Kernel info` of some kernel folders."""

@@ -84,23 +84,6 @@ class CatalogQueries(CatalogConnection):
         )
         return {"analysis": analysis[0] if analysis else {}, "mix": mix, "lines": lines, "problems": problems}
 
-    def autotune_configs(self, tag: str) -> list[dict[str, Any]]:
-        """Every autotuned config of a snapshot (`.best_config` winners and each timed config of Triton's
-        `*.autotune.json`) with the resources of the kernel folder linked to it (NULL when none is)."""
-        sid = self.require_snapshot(tag)
-        return self._dicts(
-            """
-            SELECT r.source, r.path, r.entry, r.kernel_name, r.module_path, r.config, r.time_ms, r.is_best,
-                   r.cache_key, r.link, k.backend, k.vgpr_count, k.registers, k.occupancy, k.occupancy_limiter,
-                   k.vgpr_spill_count, k.sgpr_spill_count, k.scratch_bytes, k.local_bytes
-            FROM autotune_results r
-            LEFT JOIN kernels k ON k.snapshot_id = r.snapshot_id AND k.cache_key = r.cache_key
-            WHERE r.snapshot_id = ?
-            ORDER BY r.source, r.path, r.entry
-            """,
-            [sid],
-        )
-
     SNAPSHOT_COLUMNS = """
         tag, created_at, source_path, host, kdb_version, triton_versions, targets, kernel_count,
         file_count, problem_count, raw_bytes, stored_bytes, new_bytes, labels

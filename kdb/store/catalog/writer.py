@@ -74,6 +74,12 @@ class SnapshotWriter(CatalogConnection):
                 folder_set,
             ],
         )
+        staged = self.con.execute(
+            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+        ).fetchall()
+        if any(name == "file_stats" for name, _ in staged):  # an ingest's (a transfer stages none)
+            self._record_file_stats(snapshot["host"], snapshot["source_path"])
         present = self._check_staged_folders()
         if ensure_blobs is not None:
             ensure_blobs(
@@ -84,29 +90,10 @@ class SnapshotWriter(CatalogConnection):
                     ).fetchall()
                 ]
             )
-        staged = self.con.execute(
-            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
-            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
-        ).fetchall()
         for name, columns in staged:
             cols = ", ".join(columns)
-            if name == "folder_sets":
-                continue  # recorded above, once per distinct set
-            if name == "file_stats":  # this directory's metadata index: only the rows that changed are written
-                where = [snapshot["host"], snapshot["source_path"]]
-                self.con.execute(
-                    "DELETE FROM file_stats f WHERE host = ? AND source_path = ? AND NOT EXISTS (SELECT 1 FROM "
-                    "staged.file_stats s WHERE s.path = f.path AND s.size = f.size AND s.mtime_ns = f.mtime_ns "
-                    "AND s.ino = f.ino AND s.hash = f.hash)",
-                    where,
-                )
-                self.con.execute(
-                    f"INSERT INTO file_stats (host, source_path, {cols}) SELECT ?, ?, {cols} FROM staged.file_stats s "
-                    "WHERE NOT EXISTS (SELECT 1 FROM file_stats f WHERE f.host = ? AND f.source_path = ? "
-                    "AND f.path = s.path)",
-                    where + where,
-                )
-                continue
+            if name in ("folder_sets", "file_stats"):
+                continue  # recorded above: once per distinct set / the directory's metadata index
             if present and "folder_digest" in columns:  # recorded by another writer meanwhile
                 self.con.execute(
                     f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name} "
@@ -124,6 +111,23 @@ class SnapshotWriter(CatalogConnection):
                 self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
         self._update_snapshot_totals(sid)
         return sid
+
+    def _record_file_stats(self, host: str, source_path: str) -> None:
+        """The ingested directory's metadata index (schema/007_file_stats.sql): rows that changed are
+        replaced, unchanged ones left alone (rewriting them grew the catalog at every re-ingest)."""
+        where = [host, source_path]
+        self.con.execute(
+            "DELETE FROM file_stats f WHERE host = ? AND source_path = ? AND NOT EXISTS (SELECT 1 FROM "
+            "staged.file_stats s WHERE s.path = f.path AND s.size = f.size AND s.mtime_ns = f.mtime_ns "
+            "AND s.ino = f.ino AND s.hash = f.hash)",
+            where,
+        )
+        self.con.execute(
+            "INSERT INTO file_stats (host, source_path, path, size, mtime_ns, ino, hash) "
+            "SELECT ?, ?, path, size, mtime_ns, ino, hash FROM staged.file_stats s "
+            "WHERE NOT EXISTS (SELECT 1 FROM file_stats f WHERE f.host = ? AND f.source_path = ? AND f.path = s.path)",
+            where + where,
+        )
 
     def _check_staged_folders(self) -> list[str]:
         """Staged folders the catalog holds already (another writer recorded them since this ingest
