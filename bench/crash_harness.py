@@ -80,12 +80,47 @@ def tree_hashes(root: Path) -> dict[str, str]:
     }
 
 
+def _plain_blob(path: Path) -> bytes:
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes())) as reader:
+        return reader.read()
+
+
+def _dictionaries(objects: Path, problems: list[str]) -> dict[int, zstandard.ZstdCompressionDict]:
+    """The store's dictionary index as its format is documented (kdb/store/blobs.py): empty files named
+    KIND-ID-SIZE-HASH under objects/dictionaries/, each naming an intact blob compressed without one."""
+    found: dict[int, zstandard.ZstdCompressionDict] = {}
+    index = objects / "dictionaries"
+    if not index.exists():
+        return found
+    for entry in sorted(index.iterdir()):
+        parts = entry.name.rsplit("-", 3)
+        if len(parts) != 4:
+            problems.append(f"store: unexpected dictionary entry {entry.name}")
+            continue
+        digest = parts[3]
+        blob = objects / digest[:2] / digest[2:]
+        try:
+            data = _plain_blob(blob)
+        except (OSError, zstandard.ZstdError) as exc:
+            problems.append(f"store: dictionary entry {entry.name} names an unreadable blob ({exc})")
+            continue
+        if hashlib.sha256(data).hexdigest() != digest or len(data) != int(parts[2]):
+            problems.append(f"store: dictionary entry {entry.name} names a blob with other content")
+            continue
+        found[int(parts[1], 16)] = zstandard.ZstdCompressionDict(data)
+    return found
+
+
 def check_store(objects: Path) -> list[str]:
-    """Independent of kdb: every object named by a hash must decompress to bytes with that hash."""
+    """Independent of kdb: every object named by a hash must decompress (with the dictionary its frame
+    names, if any) to bytes with that hash."""
     problems: list[str] = []
     if not objects.exists():
         return problems
+    dictionaries = _dictionaries(objects, problems)
     for shard in sorted(objects.iterdir()):
+        if shard.name == "dictionaries":
+            continue
         if not shard.is_dir():
             problems.append(f"store: unexpected file {shard.name} at the top of objects/")
             continue
@@ -97,7 +132,13 @@ def check_store(objects: Path) -> list[str]:
                 problems.append(f"store: unexpected object {shard.name}/{entry.name}")
                 continue
             try:
-                with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(entry.read_bytes())) as reader:
+                payload = entry.read_bytes()
+                dict_id = zstandard.get_frame_parameters(payload).dict_id
+                if dict_id and dict_id not in dictionaries:
+                    problems.append(f"store: blob {name} needs dictionary {dict_id}, which the index lacks")
+                    continue
+                decompressor = zstandard.ZstdDecompressor(dict_data=dictionaries.get(dict_id))
+                with decompressor.stream_reader(io.BytesIO(payload)) as reader:
                     data = reader.read()
             except zstandard.ZstdError as exc:
                 problems.append(f"store: partial or damaged blob under its final name {name} ({exc})")

@@ -203,7 +203,22 @@ def _blob_hashes(env: dict[str, str], tag: str) -> set[str]:
 
 
 def _objects(store: Path) -> set[str]:
-    return {p.parent.name + p.name for p in (store / "objects").rglob("*") if p.is_file()}
+    """The blob files of a store (its dictionary index, objects/dictionaries/, apart)."""
+    return {
+        p.parent.name + p.name
+        for p in (store / "objects").rglob("*")
+        if p.is_file() and p.parent.name != "dictionaries"
+    }
+
+
+def _dictionaries(store: Path) -> set[str]:
+    """The store's dictionary index entries, KIND-ID-SIZE-HASH (kdb/store/blobs.py)."""
+    index = store / "objects" / "dictionaries"
+    return {p.name for p in index.iterdir()} if index.exists() else set()
+
+
+def _dictionary_blobs(store: Path) -> set[str]:
+    return {entry.rsplit("-", 1)[1] for entry in _dictionaries(store)}
 
 
 def _diff_doc(env: dict[str, str], a: str, b: str) -> dict:
@@ -231,11 +246,15 @@ def test_push_then_pull_moves_only_missing_blobs_and_diffs_the_same(shared, unpa
 
     first = _transfer(both, "push", a)["snapshots"][0]
     assert (first["status"], first["blobs"], first["blobs_copied"]) == ("copied", len(blobs[a]), len(blobs[a]))
-    assert _objects(store) == blobs[a]
+    # the snapshot's blobs, and the dictionaries (trained on the first ingest) their frames were made with
+    local_home = tmp_path / "local"
+    assert _dictionaries(local_home)  # the corpus snapshot is large enough to train them
+    assert _dictionaries(store) == _dictionaries(local_home)
+    assert _objects(store) == blobs[a] | _dictionary_blobs(local_home)
     second = _transfer(both, "push", b)["snapshots"][0]  # only what the first did not bring travels
     assert (second["blobs"], second["blobs_copied"]) == (len(blobs[b]), len(blobs[b] - blobs[a]))
     assert 0 < second["blobs_copied"] < second["blobs"]
-    assert _objects(store) == blobs[a] | blobs[b]
+    assert _objects(store) == blobs[a] | blobs[b] | _dictionary_blobs(local_home)
     again = _transfer(both, "push", a)["snapshots"][0]
     assert (again["status"], again["blobs_copied"]) == ("present", 0)
     assert sorted(snapshots(shared)) == [a, b]
@@ -294,7 +313,7 @@ def test_killed_push_leaves_nothing_partial_and_a_rerun_completes(shared, tmp_pa
         time.sleep(0.01)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.communicate()
-    arrived = len(_objects(Path(shared["KDB_STORE"])))
+    arrived = len(_objects(Path(shared["KDB_STORE"])) - _dictionary_blobs(Path(shared["KDB_STORE"])))
     assert 0 < arrived < total  # killed while the blobs travelled
     assert snapshots(shared) == {}
     res = run(shared, "verify", "--format", "json")

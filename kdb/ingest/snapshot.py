@@ -18,9 +18,10 @@ from typing import Any
 
 from kdb import __version__
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions
-from kdb.errors import InputError, TagError, UsageError
+from kdb.errors import InputError, IntegrityError, TagError, UsageError
 from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link_inductor
+from kdb.ingest.training import train_missing
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
 from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
 from kdb.store.catalog import Catalog, Table
@@ -155,6 +156,7 @@ def _ingest_once(
             schema = catalog.staging_schema(STAGED_COLUMNS)
         reused, groups = reuse_unchanged(groups, known, stats)
         home.store.ensure()
+        train_missing(home.store, [f for _, files, _ in groups for f in files], workers)
         staging = Staging(home.staging_path, schema)
         try:
             seen = _Seen()
@@ -249,7 +251,14 @@ def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
                     r["source_file"],
                     _shapes(r["tensor_shapes"]),
                 )
-    contents = [(path, kind, home.store.get(digest, size)) for path, kind, digest, size in seen.files]
+    try:
+        contents = [(path, kind, home.store.get(digest, size)) for path, kind, digest, size in seen.files]
+    except IntegrityError:
+        # On a shared home a gc that listed a reused blob before this ingest touched it may delete it
+        # after (its stat and unlink are not atomic); the commit would catch that, this read comes first.
+        if home.is_shared and any(not home.store.has(digest) for _, _, digest, _ in seen.files):
+            raise CollectedMeanwhile("a file this ingest reused was garbage-collected before it was linked") from None
+        raise
     links = link_inductor(contents, [facts[k] for k in sorted(facts)])
     for path, reason in links.problems:
         links.add("file_problems", path=path, cache_key=None, stage="inductor", reason=reason)

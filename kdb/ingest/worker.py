@@ -95,7 +95,7 @@ def _store_group(
     for f, content, digest in read:
         if content is None:
             continue
-        put = store.put_bytes(content, digest)
+        put = store.put_bytes(content, digest, f.kind)
         out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
         out.new_bytes += put.stored_size if put.new else 0
         contents.append(FolderFile(f.rel, f.kind, content))

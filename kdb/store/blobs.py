@@ -9,6 +9,14 @@ Rules: hash the raw bytes; write to a temporary name in the same shard, then har
 final name (a link fails if the name exists, so a blob is never overwritten, even by a concurrent
 writer); zstd frames carry a content checksum and the content size; reads are capped at the size
 recorded in the catalog and re-hashed before any byte is returned.
+
+Dictionaries: one file compressed alone misses what `tar | zstd` finds between files (every kernel's
+JSON, LLIR or asm repeats the same headers and idioms). A zstd dictionary trained per file kind
+(kdb/store/dictionaries.py) is itself a blob, compressed without one; the store's index
+``objects/dictionaries/KIND-ID-SIZE-HASH`` (empty files, created atomically, never changed) maps the
+dictionary id each frame header carries to that blob. A blob's digest still names its raw bytes, so
+every check re-hashes through the dictionary: a damaged dictionary shows as damaged blobs. Dictionaries
+are kept for the life of the store (a few per kind, at most 112 KB each): gc never deletes them.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zstandard
 
@@ -37,6 +46,15 @@ STREAM_THRESHOLD = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
 # Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
 ORPHAN_MAX_BYTES = 1 << 30
+# Inside the store root but never a shard (shards are named by two hex digits).
+DICTIONARY_DIR = "dictionaries"
+# Loaded dictionaries and the contexts built on them, per store root and dictionary id: a worker builds
+# a BlobStore per folder, and preparing a 112 KB dictionary costs more than compressing a small file.
+# Keyed by the dictionary's hash too, and the index by its directory's inode and mtime: a store removed
+# and made again at the same path (tests, benchmarks) never sees the old one's dictionaries.
+_COMPRESSORS: dict[tuple[Path, str], zstandard.ZstdCompressor] = {}
+_DECOMPRESSORS: dict[tuple[Path, str], zstandard.ZstdDecompressor] = {}
+_INDEX: dict[Path, tuple[tuple[int, int] | None, list[Dictionary]]] = {}
 
 
 def hash_bytes(data: bytes) -> str:
@@ -62,7 +80,157 @@ class BlobCheck:
 
 
 @dataclass(frozen=True)
-class BlobStore:
+class Dictionary:
+    """One entry of the store's dictionary index: the files of KIND compressed with dictionary DICT_ID,
+    whose bytes are the blob DIGEST of SIZE bytes."""
+
+    kind: str
+    dict_id: int
+    size: int
+    digest: str
+
+    @property
+    def entry_name(self) -> str:
+        return f"{self.kind}-{self.dict_id:08x}-{self.size}-{self.digest}"
+
+    @classmethod
+    def parse(cls, name: str) -> Dictionary | None:
+        parts = name.rsplit("-", 3)
+        if len(parts) != 4 or not is_blob_name(parts[3]) or not parts[0]:
+            return None
+        try:
+            return cls(parts[0], int(parts[1], 16), int(parts[2]), parts[3])
+        except ValueError:
+            return None
+
+
+class DictionaryIndex:
+    """The store's dictionaries (module docstring): its index, and the zstd contexts built on them.
+    A base of BlobStore, whose reading and writing it uses."""
+
+    root: Path
+
+    if TYPE_CHECKING:
+
+        def put_bytes(self, data: bytes, digest: str | None = None, kind: str | None = None) -> PutResult: ...
+        def put_compressed(self, digest: str, size: int, payload: bytes) -> bool: ...
+        def read_compressed(self, digest: str) -> bytes: ...
+        def _read(self, digest: str, size: int, *, plain: bool) -> bytes: ...
+
+    @property
+    def dictionary_dir(self) -> Path:
+        return self.root / DICTIONARY_DIR
+
+    def dictionaries(self, *, reload: bool = False) -> list[Dictionary]:
+        """The index, sorted by kind and id (cached per process while its directory is unchanged)."""
+        try:
+            st = os.stat(self.dictionary_dir)
+            signature: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+        except FileNotFoundError:
+            signature = None
+        cached = _INDEX.get(self.root)
+        if reload or cached is None or cached[0] != signature:
+            names = os.listdir(self.dictionary_dir) if signature is not None else []
+            entries = sorted(
+                (d for d in map(Dictionary.parse, names) if d is not None), key=lambda d: (d.kind, d.dict_id)
+            )
+            cached = _INDEX[self.root] = (signature, entries)
+        return cached[1]
+
+    def dictionary_hashes(self) -> set[str]:
+        """The blobs that hold dictionaries: kept by gc although no catalog row names them."""
+        return {d.digest for d in self.dictionaries(reload=True)}
+
+    def dictionary_for(self, kind: str) -> Dictionary | None:
+        """The dictionary new blobs of KIND are compressed with: the lowest id of that kind (two writers
+        that trained one each at once both stay valid; later writers all pick the same one)."""
+        return next((d for d in self.dictionaries() if d.kind == kind), None)
+
+    def add_dictionary(self, kind: str, data: bytes) -> Dictionary:
+        """Store a trained dictionary (a plain blob) and then its index entry, so an entry always names a
+        stored dictionary; a kill between the two leaves only an unreferenced blob for gc."""
+        dict_id = zstandard.ZstdCompressionDict(data).dict_id()
+        put = self.put_bytes(data)
+        entry = Dictionary(kind, dict_id, put.size, put.digest)
+        self.dictionary_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.dictionary_dir / entry.entry_name, "x"):
+                pass
+        except FileExistsError:
+            pass
+        self.dictionaries(reload=True)
+        return entry
+
+    def dictionary_bytes(self, entry: Dictionary) -> bytes:
+        """The dictionary's bytes, checked against its hash and against the id its entry claims."""
+        data = self._read(entry.digest, entry.size, plain=True)
+        actual = zstandard.ZstdCompressionDict(data).dict_id()
+        if actual != entry.dict_id:
+            raise IntegrityError(f"dictionary {entry.entry_name} holds dictionary id {actual}, not {entry.dict_id}")
+        return data
+
+    def _dictionary(self, dict_id: int) -> Dictionary:
+        for reload in (False, True):  # another process may have added it since the index was read
+            entry = next((d for d in self.dictionaries(reload=reload) if d.dict_id == dict_id), None)
+            if entry is not None:
+                return entry
+        raise IntegrityError(f"dictionary {dict_id} is missing from the store")
+
+    def _compressor(self, kind: str | None) -> zstandard.ZstdCompressor:
+        entry = self.dictionary_for(kind) if kind else None
+        key = (self.root, entry.digest if entry else "")
+        if key not in _COMPRESSORS:
+            zdict = None
+            if entry is not None:
+                zdict = zstandard.ZstdCompressionDict(self.dictionary_bytes(entry))
+                zdict.precompute_compress(level=COMPRESSION_LEVEL)
+            _COMPRESSORS[key] = zstandard.ZstdCompressor(
+                level=COMPRESSION_LEVEL, dict_data=zdict, write_checksum=True, write_content_size=True
+            )
+        return _COMPRESSORS[key]
+
+    def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
+        entry = self._dictionary(dict_id) if dict_id else None
+        key = (self.root, entry.digest if entry else "")
+        if key not in _DECOMPRESSORS:
+            if entry is None:
+                _DECOMPRESSORS[key] = zstandard.ZstdDecompressor()
+            else:
+                zdict = zstandard.ZstdCompressionDict(self.dictionary_bytes(entry))
+                _DECOMPRESSORS[key] = zstandard.ZstdDecompressor(dict_data=zdict)
+        return _DECOMPRESSORS[key]
+
+    def adopt_dictionaries(self, source: DictionaryIndex) -> set[int]:
+        """Copy the dictionaries of SOURCE this store lacks (as blobs, checked, then their entries);
+        return the ids this store uses for another dictionary (frames of SOURCE made with those must be
+        recompressed, not copied)."""
+        mine = {d.dict_id: d.digest for d in self.dictionaries(reload=True)}
+        clashing = set()
+        for entry in source.dictionaries(reload=True):
+            if entry.dict_id in mine:
+                if mine[entry.dict_id] != entry.digest:
+                    clashing.add(entry.dict_id)
+                continue
+            self.put_compressed(entry.digest, entry.size, source.read_compressed(entry.digest))
+            self.dictionary_bytes(entry)  # the id it claims is the id it has
+            self.dictionary_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.dictionary_dir / entry.entry_name, "a"):
+                pass
+            mine[entry.dict_id] = entry.digest
+        self.dictionaries(reload=True)
+        return clashing
+
+    @staticmethod
+    def dict_id_of(payload: bytes) -> int:
+        """The dictionary a stored frame needs (0: none), from its header."""
+        try:
+            return zstandard.get_frame_parameters(payload).dict_id
+        except zstandard.ZstdError:
+            return 0
+
+
+@dataclass(frozen=True)
+class BlobStore(DictionaryIndex):
     """The store under `root`; equal (and hashing equal) to any other BlobStore of the same root."""
 
     root: Path
@@ -80,13 +248,13 @@ class BlobStore:
         return self.path_for(digest).stat().st_size
 
     # -- writing ---------------------------------------------------------------------------------
-    def put_bytes(self, data: bytes, digest: str | None = None) -> PutResult:
+    def put_bytes(self, data: bytes, digest: str | None = None, kind: str | None = None) -> PutResult:
+        """Store DATA (compressed with the store's dictionary for KIND when it has one)."""
         digest = digest or hash_bytes(data)
         final = self.path_for(digest)
         if self._reuse(final):
             return PutResult(digest, len(data), final.stat().st_size, new=False)
-        compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL, write_checksum=True, write_content_size=True)
-        payload = compressor.compress(data)
+        payload = self._compressor(kind).compress(data)
         new = self._install(final, lambda fh: fh.write(payload))
         return PutResult(digest, len(data), len(payload) if new else final.stat().st_size, new=new)
 
@@ -117,7 +285,8 @@ class BlobStore:
 
     def put_compressed(self, digest: str, size: int, payload: bytes) -> bool:
         """Install a blob as another store holds it (zstd frame), after checking that it decompresses to
-        `size` bytes hashing to `digest`; never trust the source. False when this store has it already."""
+        `size` bytes hashing to `digest`; never trust the source. False when this store has it already.
+        A frame made with a dictionary needs that dictionary here first (adopt_dictionaries)."""
         final = self.path_for(digest)
         if self._reuse(final):
             return False
@@ -177,25 +346,39 @@ class BlobStore:
     # -- reading ---------------------------------------------------------------------------------
     def get(self, digest: str, size: int) -> bytes:
         """Return the blob's bytes, refusing anything that does not hash to its name."""
+        return self._read(digest, size, plain=False)
+
+    def _read(self, digest: str, size: int, *, plain: bool) -> bytes:
+        """get(); PLAIN: the frame must be one made without a dictionary, as dictionaries themselves are."""
         path = self.path_for(digest)
         try:
             payload = path.read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob {digest} is missing from the store") from None
-        data = self._decompress(digest, payload, size)
+        data = self._decompress(digest, payload, size, plain=plain)
         if len(data) != size or hash_bytes(data) != digest:
             raise IntegrityError(f"blob {digest} is corrupted (content does not match its hash)")
         return data
 
-    def _decompress(self, digest: str, payload: bytes, size: int) -> bytes:
+    def _decompress(self, digest: str, payload: bytes, size: int, *, plain: bool = False) -> bytes:
         try:
             # A damaged frame header could claim any size; never allocate more than the catalog's
             # record of the file (streams without a recorded size are capped the same way).
             # kdb always records the content size in the frame, so a frame without one is damaged too.
-            claimed = zstandard.get_frame_parameters(payload).content_size
-            if claimed != size:
-                raise IntegrityError(f"blob {digest} is corrupted (frame claims {claimed} bytes, catalog says {size})")
-            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=size + 1)
+            frame = zstandard.get_frame_parameters(payload)
+            if frame.content_size != size:
+                raise IntegrityError(
+                    f"blob {digest} is corrupted (frame claims {frame.content_size} bytes, catalog says {size})"
+                )
+            if frame.dict_id and plain:
+                raise IntegrityError(
+                    f"blob {digest} is corrupted (a dictionary's frame names dictionary {frame.dict_id})"
+                )
+            try:
+                decompressor = self._decompressor(frame.dict_id)
+            except IntegrityError as exc:
+                raise IntegrityError(f"blob {digest} cannot be read: {exc}") from None
+            return decompressor.decompress(payload, max_output_size=size + 1)
         except zstandard.ZstdError as exc:
             raise IntegrityError(f"blob {digest} is corrupted ({exc})") from None
 
@@ -212,10 +395,28 @@ class BlobStore:
         if not self.root.exists():
             return
         for shard in sorted(self.root.iterdir()):
-            if not shard.is_dir():
+            if not shard.is_dir() or shard.name == DICTIONARY_DIR:
                 continue
             for entry in sorted(shard.iterdir()):
                 yield shard.name + entry.name, entry
+
+    def check_orphan(self, name: str, path: Path) -> str | None:
+        """Problem with a store file no catalog row names (None when it holds the content its name says)."""
+        payload = path.read_bytes()
+        try:
+            frame = zstandard.get_frame_parameters(payload)
+            claimed = frame.content_size
+            if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
+                return f"blob {name} is corrupted (bad frame header)"
+            data = self._decompressor(frame.dict_id).decompress(payload, max_output_size=claimed + 1)
+        except IntegrityError as exc:
+            return f"blob {name} cannot be read: {exc}"
+        except zstandard.ZstdError as exc:
+            return f"blob {name} is corrupted ({exc})"
+        actual = hash_bytes(data)
+        if actual != name:
+            return f"blob {name} holds the content of {actual} (renamed or corrupted)"
+        return None
 
     @staticmethod
     def remove(path: Path) -> int:
@@ -226,19 +427,3 @@ class BlobStore:
             return size
         except FileNotFoundError:
             return 0
-
-
-def check_orphan(name: str, path: Path) -> str | None:
-    """Problem with a store file no catalog row names (None when it holds the content its name says)."""
-    payload = path.read_bytes()
-    try:
-        claimed = zstandard.get_frame_parameters(payload).content_size
-        if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
-            return f"blob {name} is corrupted (bad frame header)"
-        data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=claimed + 1)
-    except zstandard.ZstdError as exc:
-        return f"blob {name} is corrupted ({exc})"
-    actual = hash_bytes(data)
-    if actual != name:
-        return f"blob {name} holds the content of {actual} (renamed or corrupted)"
-    return None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kdb.errors import IntegrityError, UsageError
-from kdb.store.blobs import TEMP_PREFIX, check_orphan, is_blob_name
+from kdb.store.blobs import TEMP_PREFIX, BlobStore, Dictionary, is_blob_name
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
 
@@ -51,7 +51,7 @@ def collect_garbage(
         catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.drop_unreferenced()
-            keep = catalog.all_blob_hashes()
+            keep = catalog.all_blob_hashes() | home.store.dictionary_hashes()
             free, total = catalog.space()
             copied = compact or free >= COMPACT_FREE_SHARE * total
             if copied:
@@ -87,7 +87,7 @@ def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
     transaction; then the old Parquet files DuckLake no longer needs (also after the grace period)."""
     with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
         catalog.drop_unreferenced()
-        keep = catalog.all_blob_hashes()
+        keep = catalog.all_blob_hashes() | home.store.dictionary_hashes()
         catalog.compact_lake(grace_s)
     cutoff = time.time() - grace_s
     store = home.store
@@ -156,16 +156,17 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
         report.blobs_checked += 1
         if check.problem:
             report.problems.append(f"{check.problem} (used by {ref['example']})")
+    dictionaries = _verify_dictionaries(store, report)
     for name, path in store.iter_blobs():
         if path.name.startswith(TEMP_PREFIX):
             report.temporaries += 1
             continue
-        if name in referenced:
+        if name in referenced or name in dictionaries:
             continue
         if not is_blob_name(name):
             report.problems.append(f"unexpected file in the store: {path}")
             continue
-        problem = check_orphan(name, path)
+        problem = store.check_orphan(name, path)
         report.blobs_checked += 1
         if problem:
             report.problems.append(problem)
@@ -174,6 +175,24 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
             report.unreferenced_bytes += path.stat().st_size
     report.temporaries += sum(1 for path in home.scratch_files() if path.exists())
     return report
+
+
+def _verify_dictionaries(store: BlobStore, report: VerifyReport) -> set[str]:
+    """Check every entry of the store's dictionary index (its blob intact, its id the one it claims);
+    return the dictionaries' hashes (blobs that no catalog row names but that are not garbage)."""
+    if store.dictionary_dir.exists():
+        for path in sorted(store.dictionary_dir.iterdir()):
+            if Dictionary.parse(path.name) is None:
+                report.problems.append(f"unexpected file in the store: {path}")
+    hashes = set()
+    for entry in store.dictionaries(reload=True):
+        hashes.add(entry.digest)
+        report.blobs_checked += 1
+        try:
+            store.dictionary_bytes(entry)
+        except IntegrityError as exc:
+            report.problems.append(f"{exc} (dictionary for {entry.kind} files)")
+    return hashes
 
 
 def safe_relative(path: str) -> PurePosixPath:

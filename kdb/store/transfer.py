@@ -95,14 +95,21 @@ def _transfer_one(
 def _copy_blobs(
     source: Home, dest: Home, blobs: list[tuple[str, int]], progress: Callable[[int, int], None] | None
 ) -> tuple[int, int]:
-    """Copy the blobs `dest` lacks; return (blobs copied, stored bytes copied)."""
+    """Copy the blobs `dest` lacks; return (blobs copied, stored bytes copied). The dictionaries frames
+    were made with travel first; a frame whose dictionary id names another dictionary at `dest` (ids are
+    random 31-bit numbers: possible, unlikely) is decompressed and stored anew instead."""
     copied = nbytes = 0
+    clashing = dest.store.adopt_dictionaries(source.store)
     for i, (digest, size) in enumerate(blobs):
         try:
             dest.store.refresh([digest])  # present: its mtime refreshed (a shared gc's grace period)
         except CollectedMeanwhile:  # absent
             payload = source.store.read_compressed(digest)
-            if dest.store.put_compressed(digest, size, payload):
+            if dest.store.dict_id_of(payload) in clashing:
+                put = dest.store.put_bytes(source.store.get(digest, size), digest)
+                copied += put.new
+                nbytes += put.stored_size if put.new else 0
+            elif dest.store.put_compressed(digest, size, payload):
                 copied += 1
                 nbytes += len(payload)
         if progress is not None:
