@@ -187,3 +187,63 @@ def test_staged_column_lists_match_the_schema(tmp_path):
             # columns the writer fills itself: a folder set's digest, the ingested directory's host and path
             filled = {"folder_sets": {"set_digest"}, "file_stats": {"host", "source_path"}}.get(name, set())
             assert sorted(columns) == sorted(c for c in schema if c not in filled), name
+
+
+def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys):
+    """A catalog left by the 007-era layout (inductor_modules a table, one row per snapshot, module and
+    kernel) upgrades with every row kept; the migration's digest and the ingest's agree, so an unchanged
+    re-ingest of a real TorchInductor directory adds no module rows; gc drops a set no snapshot names."""
+    import tarfile
+    from pathlib import Path
+
+    corpus = Path(__file__).resolve().parent.parent / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
+    cache = tmp_path / "gpt2"
+    with tarfile.open(corpus / "gpt2_train.tar.xz", "r:xz") as tar:
+        tar.extractall(cache, filter="data")
+    home = tmp_path / "home"
+    for tag in ("x", "y"):
+        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0
+    views = {
+        "modules": "SELECT s.tag, m.* EXCLUDE (snapshot_id) FROM inductor_modules m JOIN snapshots s USING (snapshot_id) "
+        "ORDER BY ALL",
+        "kernels": "SELECT * EXCLUDE (snapshot_id) FROM inductor_kernels ORDER BY ALL",
+    }
+    before = {k: kdb(capsys, home, "sql", q, "--format", "json").json() for k, q in views.items()}
+    per_snapshot = sum(1 for r in before["modules"] if r["tag"] == "x")
+    assert per_snapshot > 0 and len(before["modules"]) == 2 * per_snapshot
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    con.execute("CREATE TABLE moved AS SELECT * FROM inductor_modules")
+    con.execute("DROP VIEW inductor_kernels")
+    con.execute("DROP VIEW inductor_modules")
+    con.execute(
+        "CREATE TABLE inductor_modules (snapshot_id INTEGER NOT NULL, path VARCHAR NOT NULL, kernel_name VARCHAR "
+        "NOT NULL, heuristic VARCHAR, def_line INTEGER, size_hints JSON, triton_meta JSON, inductor_meta JSON, "
+        "configs JSON, kernel_perf_ms DOUBLE, PRIMARY KEY (snapshot_id, path, kernel_name))"
+    )
+    con.execute("INSERT INTO inductor_modules SELECT * FROM moved")
+    con.execute("DROP TABLE moved")
+    con.execute(
+        "CREATE VIEW inductor_kernels AS SELECT s.tag, km.cache_key, km.kernel_name, km.module_path, km.link, "
+        "km.detail, m.heuristic, m.size_hints, m.inductor_meta, m.triton_meta, m.kernel_perf_ms, s.snapshot_id "
+        "FROM kernel_modules km JOIN snapshots s USING (snapshot_id) LEFT JOIN inductor_modules m ON "
+        "m.snapshot_id = km.snapshot_id AND m.path = km.module_path AND m.kernel_name = km.kernel_name"
+    )
+    con.execute("DROP TABLE inductor_module_sets")
+    con.execute("ALTER TABLE snapshots DROP COLUMN inductor_module_set")
+    con.execute("DELETE FROM schema_migrations WHERE version = 8")
+    assert con.execute("SELECT count(*) FROM inductor_modules").fetchone()[0] == 2 * per_snapshot
+    con.close()
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 008
+        assert 8 in {v for v, _ in catalog.applied_migrations()}
+        # the two snapshots held the same modules: one set
+        assert catalog.con.execute("SELECT count(*) FROM inductor_module_sets").fetchone()[0] == per_snapshot
+    assert {k: kdb(capsys, home, "sql", q, "--format", "json").json() for k, q in views.items()} == before
+    assert kdb(capsys, home, "verify").code == 0
+    # the same directory again: no new set, no new module row
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "z", "--no-sass", "-q").code == 0
+    sets = "SELECT count(DISTINCT set_digest) AS n, count(*) AS rows FROM inductor_module_sets"
+    assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 1, "rows": per_snapshot}]
+    for tag in ("x", "y", "z"):
+        assert kdb(capsys, home, "rm", tag).code == 0
+    assert kdb(capsys, home, "gc").code == 0
+    assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]

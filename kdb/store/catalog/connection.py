@@ -362,7 +362,8 @@ class CatalogConnection:
         rows = self.con.execute(
             "SELECT DISTINCT table_name FROM information_schema.columns "
             "WHERE column_name = ? AND table_name <> ALL(?::VARCHAR[]) AND table_catalog = current_database() "
-            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE')",
+            "AND table_name IN (SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+            "AND table_catalog = current_database())",  # not a staged table of the same name as a view here
             [column, list(besides)],
         ).fetchall()
         return sorted(r[0] for r in rows)

@@ -15,6 +15,8 @@ from kdb.store.catalog.connection import CatalogConnection, literal
 # Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations,
 # the shared catalog's commit counter and the ingested directories' metadata index (of one host).
 NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits", "file_stats")
+# Tables whose rows are staged under the name an ingest stages them with (the writer records the set).
+STAGED_AS = {"inductor_module_sets": "inductor_modules"}
 
 
 class SnapshotTransfer(CatalogConnection):
@@ -47,10 +49,10 @@ class SnapshotTransfer(CatalogConnection):
         sid = self.require_snapshot(tag)
         snapshot = self._dicts(
             "SELECT tag, created_at, source_path, host, kdb_version, file_count, raw_bytes, new_bytes, labels, "
-            "folder_set FROM snapshots WHERE snapshot_id = ?",
+            "folder_set, inductor_module_set FROM snapshots WHERE snapshot_id = ?",
             [sid],
         )[0]
-        folder_set = snapshot.pop("folder_set")
+        sets = {"folder_sets": snapshot.pop("folder_set"), "inductor_module_sets": snapshot.pop("inductor_module_set")}
         snapshot["labels"] = dict(snapshot["labels"] or {})
         # The source may be open read-only (no ATTACH of a new file then): each table's rows go through a
         # Parquet file, which keeps every column type (JSON, MAP, lists), into the new staging file.
@@ -61,10 +63,11 @@ class SnapshotTransfer(CatalogConnection):
         ).fetchall()
         parts: list[tuple[str, Path]] = []
         for (table,) in tables:
-            select, params = self._snapshot_rows(table, sid, folder_set)
-            part = staging.with_name(f"{table}.parquet")
+            select, params = self._snapshot_rows(table, sid, sets)
+            name = STAGED_AS.get(table, table)
+            part = staging.with_name(f"{name}.parquet")
             self.con.execute(f"COPY ({select}) TO {literal(str(part))} (FORMAT parquet)", params)
-            parts.append((table, part))
+            parts.append((name, part))
         out = duckdb.connect(str(staging))
         try:
             for table, part in parts:
@@ -75,13 +78,17 @@ class SnapshotTransfer(CatalogConnection):
             out.close()
         return snapshot
 
-    def _snapshot_rows(self, table: str, sid: int, folder_set: str | None) -> tuple[str, list[Any]]:
-        """The SELECT of one table's rows that belong to a snapshot (without its snapshot id)."""
+    def _snapshot_rows(self, table: str, sid: int, sets: dict[str, str | None]) -> tuple[str, list[Any]]:
+        """The SELECT of one table's rows that belong to a snapshot (without its snapshot id); SETS: the
+        digests of the snapshot's folder set and Inductor module set."""
         columns = self._column_types(table)
+        folder_set = sets["folder_sets"]
         if "snapshot_id" in columns:
             return f"SELECT * EXCLUDE (snapshot_id) FROM {table} WHERE snapshot_id = ?", [sid]
         if table == "folder_sets":
             return "SELECT cache_key, folder_digest FROM folder_sets WHERE set_digest = ?", [folder_set]
+        if table == "inductor_module_sets":  # staged as an ingest stages them: inductor_modules
+            return "SELECT * EXCLUDE (set_digest) FROM inductor_module_sets WHERE set_digest = ?", [sets[table]]
         if "folder_digest" in columns:
             return (
                 f"SELECT * FROM {table} WHERE folder_digest IN "

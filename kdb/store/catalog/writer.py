@@ -10,8 +10,72 @@ from kdb.errors import KdbError, TagError
 from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection, literal
 from kdb.store.home import CollectedMeanwhile
 
+# The columns of an Inductor module set's rows (schema/008_inductor_module_sets.sql), and each row as the
+# text its digest is computed over (the same as the migration's: every value as text, so JSON staged as
+# VARCHAR and JSON read back from a catalog hash alike).
+MODULE_SET_COLUMNS = (
+    "path, kernel_name, heuristic, def_line, size_hints, triton_meta, inductor_meta, configs, kernel_perf_ms"
+)
+MODULE_ROW_TEXT = (
+    "to_json([path, kernel_name, heuristic, def_line::VARCHAR, size_hints::VARCHAR, triton_meta::VARCHAR, "
+    "inductor_meta::VARCHAR, configs::VARCHAR, kernel_perf_ms::VARCHAR])::VARCHAR"
+)
 
-class SnapshotWriter(CatalogConnection):
+
+class SnapshotSets(CatalogConnection):
+    """A snapshot's folder set (schema/003) and Inductor module set (schema/008): rows stored once per
+    distinct set, named from the snapshot by digest."""
+
+    def _record_folder_set(self) -> str | None:
+        """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
+        no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
+        digest = self._one(
+            "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
+            "FROM staged.folder_sets"
+        )[0]
+        if (
+            digest is not None
+            and not self.con.execute("SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
+        ):
+            self.con.execute(
+                "INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
+                "SELECT ?, cache_key, folder_digest FROM staged.folder_sets",
+                [digest],
+            )
+        return digest
+
+    def _record_module_set(self) -> str | None:
+        """Digest of the staged snapshot's Inductor module rows (schema/008); the rows are added only when
+        no snapshot recorded the same set before. None when the snapshot has no generated module."""
+        digest = self._one(
+            f"SELECT sha256(string_agg({MODULE_ROW_TEXT}, chr(10) ORDER BY path, kernel_name)) FROM staged.inductor_modules"
+        )[0]
+        if (
+            digest is not None
+            and not self.con.execute(
+                "SELECT 1 FROM inductor_module_sets WHERE set_digest = ? LIMIT 1", [digest]
+            ).fetchone()
+        ):
+            self.con.execute(
+                f"INSERT INTO inductor_module_sets (set_digest, {MODULE_SET_COLUMNS}) "
+                f"SELECT ?, {MODULE_SET_COLUMNS} FROM staged.inductor_modules",
+                [digest],
+            )
+        return digest
+
+    def _drop_unused_folder_sets(self) -> None:
+        """Forget the folder sets and Inductor module sets no snapshot names."""
+        self.con.execute(
+            "DELETE FROM folder_sets WHERE set_digest NOT IN "
+            "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)"
+        )
+        self.con.execute(
+            "DELETE FROM inductor_module_sets WHERE set_digest NOT IN "
+            "(SELECT inductor_module_set FROM snapshots WHERE inductor_module_set IS NOT NULL)"
+        )
+
+
+class SnapshotWriter(SnapshotSets):
     def write_snapshot(
         self,
         snapshot: dict[str, Any],
@@ -50,14 +114,19 @@ class SnapshotWriter(CatalogConnection):
                 raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
             self._delete_snapshot_rows(old)
         sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
+        staged = self.con.execute(
+            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+        ).fetchall()
         folder_set = self._record_folder_set()
+        module_set = self._record_module_set() if any(name == "inductor_modules" for name, _ in staged) else None
         labels = snapshot.get("labels") or {}
         self.con.execute(
             """
             INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
                 triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
-                stored_bytes, new_bytes, labels, folder_set)
-            VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?)
+                stored_bytes, new_bytes, labels, folder_set, inductor_module_set)
+            VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?, ?)
             """,
             [
                 sid,
@@ -72,12 +141,9 @@ class SnapshotWriter(CatalogConnection):
                 list(labels.keys()),
                 list(labels.values()),
                 folder_set,
+                module_set,
             ],
         )
-        staged = self.con.execute(
-            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
-            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
-        ).fetchall()
         if any(name == "file_stats" for name, _ in staged):  # an ingest's (a transfer stages none)
             self._record_file_stats(snapshot["host"], snapshot["source_path"])
         present = self._check_staged_folders()
@@ -92,7 +158,7 @@ class SnapshotWriter(CatalogConnection):
             )
         for name, columns in staged:
             cols = ", ".join(columns)
-            if name in ("folder_sets", "file_stats"):
+            if name in ("folder_sets", "inductor_modules", "file_stats"):
                 continue  # recorded above: once per distinct set / the directory's metadata index
             if present and "folder_digest" in columns:  # recorded by another writer meanwhile
                 self.con.execute(
@@ -144,30 +210,6 @@ class SnapshotWriter(CatalogConnection):
                 "SELECT folder_digest FROM folders WHERE folder_digest IN (SELECT folder_digest FROM staged.folders)"
             ).fetchall()
         ]
-
-    def _record_folder_set(self) -> str | None:
-        """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
-        no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
-        digest = self._one(
-            "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
-            "FROM staged.folder_sets"
-        )[0]
-        if (
-            digest is not None
-            and not self.con.execute("SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
-        ):
-            self.con.execute(
-                "INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
-                "SELECT ?, cache_key, folder_digest FROM staged.folder_sets",
-                [digest],
-            )
-        return digest
-
-    def _drop_unused_folder_sets(self) -> None:
-        self.con.execute(
-            "DELETE FROM folder_sets WHERE set_digest NOT IN "
-            "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)"
-        )
 
     def _update_snapshot_totals(self, sid: int) -> None:
         self.con.execute(
