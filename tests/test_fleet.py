@@ -203,11 +203,12 @@ def _blob_hashes(env: dict[str, str], tag: str) -> set[str]:
 
 
 def _objects(store: Path) -> set[str]:
-    """The blob files of a store (its dictionary index, objects/dictionaries/, apart)."""
+    """The blob files of a store (its dictionary index, objects/dictionaries/, and the temporaries of a
+    killed write apart)."""
     return {
         p.parent.name + p.name
         for p in (store / "objects").rglob("*")
-        if p.is_file() and p.parent.name != "dictionaries"
+        if p.is_file() and p.parent.name != "dictionaries" and not p.name.startswith(".tmp-")
     }
 
 
