@@ -31,16 +31,20 @@ def train_missing(store: BlobStore, files: list[WalkedFile], workers: int) -> li
     def train_kind(kind: str) -> tuple[str, bytes | None]:
         group = sorted(wanted[kind], key=lambda f: f.rel)
         step = max(1, len(group) // dictionaries.SAMPLE_FILES)
-        samples = []
+        samples: list[bytes] = []
+        budget = dictionaries.SAMPLE_BYTES
         for f in group[::step][: dictionaries.SAMPLE_FILES]:
             try:
                 with open(f.abspath, "rb") as fh:
-                    samples.append(fh.read(dictionaries.SAMPLE_PREFIX_BYTES))
+                    samples.append(fh.read(min(dictionaries.SAMPLE_PREFIX_BYTES, budget)))
             except OSError:
                 continue  # the store phase reports unreadable files
+            budget -= len(samples[-1])
+            if budget <= 0:
+                break
         return kind, dictionaries.train(samples, sum(f.size for f in group))
 
-    # zstd trains without the GIL: one kind per core
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    # zstd trains without the GIL: one kind per core (each training's memory is bounded by SAMPLE_BYTES)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, 2))) as pool:
         trained = list(pool.map(train_kind, wanted))
     return [store.add_dictionary(kind, data) for kind, data in trained if data is not None]

@@ -15,9 +15,12 @@ import zstandard
 
 from kdb.store.blobs import COMPRESSION_LEVEL
 
-# Training reads at most this many files of a kind (spread over the cache), each cut to this many bytes.
+# Training reads at most this many files of a kind (spread over the cache), each cut to this many bytes,
+# and at most SAMPLE_BYTES in all: COVER holds ~10 bytes per sample byte (suffix array, d-mer table), and
+# 256 whole LLIR files made a 10k-kernel ingest's parent process 70 MB larger.
 SAMPLE_FILES = 256
-SAMPLE_PREFIX_BYTES = 128 * 1024
+SAMPLE_PREFIX_BYTES = 32 * 1024
+SAMPLE_BYTES = 4 * 1024 * 1024
 # Fewer files of a kind than this: too little to learn from, and too little to gain.
 MIN_FILES = 16
 # About 1% of the kind's bytes, within these bounds: 112 KB (zstd's default) on a large cache, a few KB

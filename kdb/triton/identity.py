@@ -23,6 +23,7 @@ Paths, SSA value names and argument names never enter the key. Pure functions, n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -80,6 +81,7 @@ def _compared_options() -> dict[str, tuple[str, ...]]:
 TUNING_OPTIONS: dict[str, tuple[str, ...]] = _compared_options()
 
 
+@functools.lru_cache(maxsize=1024)
 def _version_tuple(version: str | None) -> tuple[int, ...] | None:
     """'3.4.0' -> (3, 4); a release family such as '3.0-3.1' -> its newest member (3, 1)."""
     if not version:
@@ -91,6 +93,7 @@ def _version_tuple(version: str | None) -> tuple[int, ...] | None:
 _KNOWN_RELEASES = sorted(RELEASE_DEFAULTS, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of three strings, asked for every pair a diff compares
 def release_defaults(backend: str | None, arch: str | None, triton_version: str | None) -> dict[str, Any] | None:
     """The options `triton_version` applies by default for `backend`, or None when kdb cannot tell.
 
@@ -141,18 +144,22 @@ def options_compatible(
     their defaults).
     """
     backend_a, backend_b = a.get("backend"), b.get("backend")
-    defaults_a = release_defaults(backend_a, a.get("arch"), a.get("triton_version") or version_a)
-    defaults_b = release_defaults(backend_b, b.get("arch"), b.get("triton_version") or version_b)
     vals_a, vals_b = a.get("values") or {}, b.get("values") or {}
     differing = []
     keys = set(vals_a) | set(vals_b)
     if backend_a != backend_b:  # --across-targets between backends: only the options both backends have
         keys &= set(TUNING_OPTIONS.get(backend_a or "", ())) & set(TUNING_OPTIONS.get(backend_b or "", ()))
+    defaults: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None  # looked up once a value differs
     for key in sorted(keys):
         va, vb = vals_a.get(key), vals_b.get(key)
         if va == vb:
             continue
-        if _at_default(defaults_a, key, vals_a) and _at_default(defaults_b, key, vals_b):
+        if defaults is None:
+            defaults = (
+                release_defaults(backend_a, a.get("arch"), a.get("triton_version") or version_a),
+                release_defaults(backend_b, b.get("arch"), b.get("triton_version") or version_b),
+            )
+        if _at_default(defaults[0], key, vals_a) and _at_default(defaults[1], key, vals_b):
             continue
         differing.append(key)
     return (not differing, differing)
