@@ -123,12 +123,30 @@ def test_harness_store_check_sees_a_partial_blob(amd, tmp_path, capsys):
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q").code == 0
     assert crash_harness.check_store(home / "objects") == []
-    blob = next(p for p in sorted((home / "objects").rglob("*")) if p.is_file() and p.stat().st_size > 100)
+    # A dictionary is a blob too, but truncating one damages every blob of its kind (its own test is in
+    # test_dictionaries.py); its random id decides where it sorts, so leave dictionaries out of the pick.
+    dictionaries = {entry.name.rsplit("-", 1)[1] for entry in (home / "objects" / "dictionaries").iterdir()}
+    assert dictionaries  # the real cache has kinds with enough files to train one
+    blob = next(
+        p
+        for p in sorted((home / "objects").rglob("*"))
+        if p.is_file() and p.stat().st_size > 100 and p.parent.name + p.name not in dictionaries
+    )
     (blob.parent / ".tmp-leftover").write_bytes(blob.read_bytes()[:50])  # an interrupted write: allowed
     assert crash_harness.check_store(home / "objects") == []
     blob.write_bytes(blob.read_bytes()[: blob.stat().st_size // 2])
     problems = crash_harness.check_store(home / "objects")
     assert len(problems) == 1 and blob.parent.name + blob.name in problems[0]
+    # A truncated dictionary is caught too, named first (then every blob of its kind, which now cannot be read).
+    entry = sorted((home / "objects" / "dictionaries").iterdir())[0]
+    digest = entry.name.rsplit("-", 1)[1]
+    dictionary = home / "objects" / digest[:2] / digest[2:]
+    dictionary.write_bytes(dictionary.read_bytes()[: dictionary.stat().st_size // 2])
+    problems = crash_harness.check_store(home / "objects")
+    assert problems[0].startswith(f"store: dictionary entry {entry.name} ")
+    damaged = {blob.parent.name + blob.name, digest}  # the truncated blob, and the dictionary as a blob
+    others = [p for p in problems[1:] if not any(name in p for name in damaged)]
+    assert len(others) > 1 and all("needs dictionary" in p for p in others)
 
 
 # -- concurrent writers --------------------------------------------------------------------------

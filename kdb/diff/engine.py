@@ -78,9 +78,9 @@ def _mix_tables(
 ) -> tuple[dict, dict]:
     """(group -> {a, b, delta} for every group, mnemonic -> {a, b, delta} for mnemonics whose count changed)."""
     raw_a = a.get("instr_groups")
-    if isinstance(raw_a, str) and raw_a == b.get("instr_groups"):  # the same document: decode it once
-        b["instr_groups"] = row_document(a, "instr_groups")
-    ga, gb = row_document(a, "instr_groups") or {}, row_document(b, "instr_groups") or {}
+    same = isinstance(raw_a, str) and raw_a == b.get("instr_groups")  # one document: decode it once
+    ga = row_document(a, "instr_groups") or {}
+    gb = ga if same else row_document(b, "instr_groups") or {}
     group_table = {
         g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
         for g in sorted(ga.keys() | gb.keys())

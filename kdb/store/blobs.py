@@ -48,10 +48,10 @@ CHUNK = 1024 * 1024
 ORPHAN_MAX_BYTES = 1 << 30
 # Inside the store root but never a shard (shards are named by two hex digits).
 DICTIONARY_DIR = "dictionaries"
-# Loaded dictionaries and the contexts built on them, per store root and dictionary id: a worker builds
-# a BlobStore per folder, and preparing a 112 KB dictionary costs more than compressing a small file.
-# Keyed by the dictionary's hash too, and the index by its directory's inode and mtime: a store removed
-# and made again at the same path (tests, benchmarks) never sees the old one's dictionaries.
+# The zstd contexts built on dictionaries, per store root and dictionary hash ("" for none): a worker
+# builds a BlobStore per folder, and preparing a 112 KB dictionary costs more than compressing a small
+# file. The index is cached per root with its directory's inode and mtime, so a store removed and made
+# again at the same path (tests, benchmarks) never sees the old one's dictionaries.
 _COMPRESSORS: dict[tuple[Path, str], zstandard.ZstdCompressor] = {}
 _DECOMPRESSORS: dict[tuple[Path, str], zstandard.ZstdDecompressor] = {}
 _INDEX: dict[Path, tuple[tuple[int, int] | None, list[Dictionary]]] = {}
@@ -404,15 +404,15 @@ class BlobStore(DictionaryIndex):
         """Problem with a store file no catalog row names (None when it holds the content its name says)."""
         payload = path.read_bytes()
         try:
-            frame = zstandard.get_frame_parameters(payload)
-            claimed = frame.content_size
-            if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
-                return f"blob {name} is corrupted (bad frame header)"
-            data = self._decompressor(frame.dict_id).decompress(payload, max_output_size=claimed + 1)
-        except IntegrityError as exc:
-            return f"blob {name} cannot be read: {exc}"
+            claimed = zstandard.get_frame_parameters(payload).content_size
         except zstandard.ZstdError as exc:
             return f"blob {name} is corrupted ({exc})"
+        if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
+            return f"blob {name} is corrupted (bad frame header)"
+        try:  # no catalog size to cap it: the frame's own claim, bounded above
+            data = self._decompress(name, payload, claimed)
+        except IntegrityError as exc:
+            return str(exc)
         actual = hash_bytes(data)
         if actual != name:
             return f"blob {name} holds the content of {actual} (renamed or corrupted)"

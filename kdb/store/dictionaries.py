@@ -2,8 +2,8 @@
 
 Measured on the real caches of the corpus (bench/dict_savings.py; 2-core machine): per-file level 9
 without a dictionary stored 1.46 / 4.95 / 11.7 MB of the gfx942 gpt2, gfx942 mlp and H100 mlp caches
-whose `tar | zstd -3` archives are 0.65 / 3.30 / 11.0 MB; with a dictionary per kind, dictionaries
-counted, 0.69 / 2.81 / 8.5 MB.
+whose `tar | zstd -3` archives are 0.65 / 3.30 / 11.0 MB; with a dictionary per kind as trained below,
+dictionaries counted, 0.66 / 2.58 / 7.87 MB (kdb ingest --no-sass, session 6).
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from kdb.store.blobs import COMPRESSION_LEVEL
 
 # Training reads at most this many files of a kind (spread over the cache), each cut to this many bytes,
 # and at most SAMPLE_BYTES in all: COVER holds ~10 bytes per sample byte (suffix array, d-mer table), and
-# 256 whole LLIR files made a 10k-kernel ingest's parent process 70 MB larger.
+# 256 whole files a kind made a 10k-kernel ingest's parent ~48 MB larger (max RSS 484 vs 436 MB); the
+# prefixes also trained better dictionaries (H100 mlp blobs 8.5 vs 7.9 MB).
 SAMPLE_FILES = 256
 SAMPLE_PREFIX_BYTES = 32 * 1024
 SAMPLE_BYTES = 4 * 1024 * 1024
 # Fewer files of a kind than this: too little to learn from, and too little to gain.
 MIN_FILES = 16
 # About 1% of the kind's bytes, within these bounds: 112 KB (zstd's default) on a large cache, a few KB
-# on a small one, where a 112 KB dictionary would cost more than it saves (gfx942 gpt2: 1.10 MB with
-# 112 KB dictionaries against 0.69 MB with ~1% ones).
+# on a small one, where a 112 KB dictionary would cost more than it saves (gfx942 gpt2, whole-file
+# samples: 1.10 MB with 112 KB dictionaries against 0.69 MB with ~1% ones).
 MIN_DICT_BYTES = 4 * 1024
 MAX_DICT_BYTES = 112 * 1024
 # COVER with a fixed segment size and d-mer: zstd's default parameter search took 5-20 s a cache for

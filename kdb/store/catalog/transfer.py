@@ -11,12 +11,11 @@ import duckdb
 
 from kdb.errors import KdbError
 from kdb.store.catalog.connection import CatalogConnection, literal
+from kdb.store.catalog.writer import ROW_SETS
 
 # Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations,
 # the shared catalog's commit counter and the ingested directories' metadata index (of one host).
 NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits", "file_stats")
-# Tables whose rows are staged under the name an ingest stages them with (the writer records the set).
-STAGED_AS = {"inductor_module_sets": "inductor_modules"}
 
 
 class SnapshotTransfer(CatalogConnection):
@@ -49,10 +48,10 @@ class SnapshotTransfer(CatalogConnection):
         sid = self.require_snapshot(tag)
         snapshot = self._dicts(
             "SELECT tag, created_at, source_path, host, kdb_version, file_count, raw_bytes, new_bytes, labels, "
-            "folder_set, inductor_module_set FROM snapshots WHERE snapshot_id = ?",
+            f"{', '.join(rows.snapshot_column for rows in ROW_SETS)} FROM snapshots WHERE snapshot_id = ?",
             [sid],
         )[0]
-        sets = {"folder_sets": snapshot.pop("folder_set"), "inductor_module_sets": snapshot.pop("inductor_module_set")}
+        sets = {rows.table: snapshot.pop(rows.snapshot_column) for rows in ROW_SETS}
         snapshot["labels"] = dict(snapshot["labels"] or {})
         # The source may be open read-only (no ATTACH of a new file then): each table's rows go through a
         # Parquet file, which keeps every column type (JSON, MAP, lists), into the new staging file.
@@ -64,7 +63,8 @@ class SnapshotTransfer(CatalogConnection):
         parts: list[tuple[str, Path]] = []
         for (table,) in tables:
             select, params = self._snapshot_rows(table, sid, sets)
-            name = STAGED_AS.get(table, table)
+            # a set's rows are staged under the name an ingest stages them with (the writer records the set)
+            name = next((rows.staged for rows in ROW_SETS if rows.table == table), table)
             part = staging.with_name(f"{name}.parquet")
             self.con.execute(f"COPY ({select}) TO {literal(str(part))} (FORMAT parquet)", params)
             parts.append((name, part))
@@ -85,10 +85,9 @@ class SnapshotTransfer(CatalogConnection):
         folder_set = sets["folder_sets"]
         if "snapshot_id" in columns:
             return f"SELECT * EXCLUDE (snapshot_id) FROM {table} WHERE snapshot_id = ?", [sid]
-        if table == "folder_sets":
-            return "SELECT cache_key, folder_digest FROM folder_sets WHERE set_digest = ?", [folder_set]
-        if table == "inductor_module_sets":  # staged as an ingest stages them: inductor_modules
-            return "SELECT * EXCLUDE (set_digest) FROM inductor_module_sets WHERE set_digest = ?", [sets[table]]
+        rows = next((rows for rows in ROW_SETS if rows.table == table), None)
+        if rows is not None:
+            return f"SELECT {rows.columns} FROM {table} WHERE set_digest = ?", [sets[table]]
         if "folder_digest" in columns:
             return (
                 f"SELECT * FROM {table} WHERE folder_digest IN "

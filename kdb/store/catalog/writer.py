@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,69 +11,69 @@ from kdb.errors import KdbError, TagError
 from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection, literal
 from kdb.store.home import CollectedMeanwhile
 
-# The columns of an Inductor module set's rows (schema/008_inductor_module_sets.sql), and each row as the
-# text its digest is computed over (the same as the migration's: every value as text, so JSON staged as
-# VARCHAR and JSON read back from a catalog hash alike).
-MODULE_SET_COLUMNS = (
-    "path, kernel_name, heuristic, def_line, size_hints, triton_meta, inductor_meta, configs, kernel_perf_ms"
-)
-MODULE_ROW_TEXT = (
-    "to_json([path, kernel_name, heuristic, def_line::VARCHAR, size_hints::VARCHAR, triton_meta::VARCHAR, "
-    "inductor_meta::VARCHAR, configs::VARCHAR, kernel_perf_ms::VARCHAR])::VARCHAR"
+
+@dataclass(frozen=True)
+class RowSet:
+    """Rows a snapshot names by digest and the catalog stores once per distinct content (schema/003, 008)."""
+
+    table: str  # the set table: set_digest + `columns`
+    snapshot_column: str  # the snapshots column naming the set
+    staged: str  # the staged table an ingest (or a transfer) fills with one snapshot's rows
+    columns: str
+    row_text: str  # each row as the text the digest is taken over (the migration's definition)
+    order: str
+
+
+# The Inductor module rows' text: every value as text, so JSON staged as VARCHAR and JSON read back from a
+# catalog hash alike (schema/008_inductor_module_sets.sql computes the same).
+ROW_SETS = (
+    RowSet(
+        "folder_sets",
+        "folder_set",
+        "folder_sets",
+        "cache_key, folder_digest",
+        "cache_key || ' ' || folder_digest",
+        "cache_key",
+    ),
+    RowSet(
+        "inductor_module_sets",
+        "inductor_module_set",
+        "inductor_modules",
+        "path, kernel_name, heuristic, def_line, size_hints, triton_meta, inductor_meta, configs, kernel_perf_ms",
+        "to_json([path, kernel_name, heuristic, def_line::VARCHAR, size_hints::VARCHAR, triton_meta::VARCHAR, "
+        "inductor_meta::VARCHAR, configs::VARCHAR, kernel_perf_ms::VARCHAR])::VARCHAR",
+        "path, kernel_name",
+    ),
 )
 
 
 class SnapshotSets(CatalogConnection):
-    """A snapshot's folder set (schema/003) and Inductor module set (schema/008): rows stored once per
-    distinct set, named from the snapshot by digest."""
+    """A snapshot's row sets (ROW_SETS): stored once per distinct set, named from the snapshot by digest."""
 
-    def _record_folder_set(self) -> str | None:
-        """Digest of the staged snapshot's (cache_key, folder_digest) set; its rows are added only when
-        no snapshot recorded the same set before. None when the snapshot has no kernel folder."""
+    def _record_set(self, rows: RowSet) -> str | None:
+        """Digest of the staged snapshot's rows of ROWS; they are added only when no snapshot recorded the
+        same set before. None when the snapshot has none."""
         digest = self._one(
-            "SELECT sha256(string_agg(cache_key || ' ' || folder_digest, chr(10) ORDER BY cache_key)) "
-            "FROM staged.folder_sets"
+            f"SELECT sha256(string_agg({rows.row_text}, chr(10) ORDER BY {rows.order})) FROM staged.{rows.staged}"
         )[0]
         if (
             digest is not None
-            and not self.con.execute("SELECT 1 FROM folder_sets WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
+            and not self.con.execute(f"SELECT 1 FROM {rows.table} WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
         ):
             self.con.execute(
-                "INSERT INTO folder_sets (set_digest, cache_key, folder_digest) "
-                "SELECT ?, cache_key, folder_digest FROM staged.folder_sets",
+                f"INSERT INTO {rows.table} (set_digest, {rows.columns}) "
+                f"SELECT ?, {rows.columns} FROM staged.{rows.staged}",
                 [digest],
             )
         return digest
 
-    def _record_module_set(self) -> str | None:
-        """Digest of the staged snapshot's Inductor module rows (schema/008); the rows are added only when
-        no snapshot recorded the same set before. None when the snapshot has no generated module."""
-        digest = self._one(
-            f"SELECT sha256(string_agg({MODULE_ROW_TEXT}, chr(10) ORDER BY path, kernel_name)) FROM staged.inductor_modules"
-        )[0]
-        if (
-            digest is not None
-            and not self.con.execute(
-                "SELECT 1 FROM inductor_module_sets WHERE set_digest = ? LIMIT 1", [digest]
-            ).fetchone()
-        ):
+    def _drop_unused_sets(self) -> None:
+        """Forget the sets no snapshot names."""
+        for rows in ROW_SETS:
             self.con.execute(
-                f"INSERT INTO inductor_module_sets (set_digest, {MODULE_SET_COLUMNS}) "
-                f"SELECT ?, {MODULE_SET_COLUMNS} FROM staged.inductor_modules",
-                [digest],
+                f"DELETE FROM {rows.table} WHERE set_digest NOT IN "
+                f"(SELECT {rows.snapshot_column} FROM snapshots WHERE {rows.snapshot_column} IS NOT NULL)"
             )
-        return digest
-
-    def _drop_unused_folder_sets(self) -> None:
-        """Forget the folder sets and Inductor module sets no snapshot names."""
-        self.con.execute(
-            "DELETE FROM folder_sets WHERE set_digest NOT IN "
-            "(SELECT folder_set FROM snapshots WHERE folder_set IS NOT NULL)"
-        )
-        self.con.execute(
-            "DELETE FROM inductor_module_sets WHERE set_digest NOT IN "
-            "(SELECT inductor_module_set FROM snapshots WHERE inductor_module_set IS NOT NULL)"
-        )
 
 
 class SnapshotWriter(SnapshotSets):
@@ -118,8 +119,8 @@ class SnapshotWriter(SnapshotSets):
             "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
             "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
         ).fetchall()
-        folder_set = self._record_folder_set()
-        module_set = self._record_module_set() if any(name == "inductor_modules" for name, _ in staged) else None
+        names = {name for name, _ in staged}
+        sets = [self._record_set(rows) if rows.staged in names else None for rows in ROW_SETS]
         labels = snapshot.get("labels") or {}
         self.con.execute(
             """
@@ -140,11 +141,10 @@ class SnapshotWriter(SnapshotSets):
                 snapshot["new_bytes"],
                 list(labels.keys()),
                 list(labels.values()),
-                folder_set,
-                module_set,
+                *sets,  # folder_set, inductor_module_set (ROW_SETS' order)
             ],
         )
-        if any(name == "file_stats" for name, _ in staged):  # an ingest's (a transfer stages none)
+        if "file_stats" in names:  # an ingest's (a transfer stages none)
             self._record_file_stats(snapshot["host"], snapshot["source_path"])
         present = self._check_staged_folders()
         if ensure_blobs is not None:
@@ -158,7 +158,7 @@ class SnapshotWriter(SnapshotSets):
             )
         for name, columns in staged:
             cols = ", ".join(columns)
-            if name in ("folder_sets", "inductor_modules", "file_stats"):
+            if name in {rows.staged for rows in ROW_SETS} | {"file_stats"}:
                 continue  # recorded above: once per distinct set / the directory's metadata index
             if present and "folder_digest" in columns:  # recorded by another writer meanwhile
                 self.con.execute(
@@ -232,7 +232,7 @@ class SnapshotWriter(SnapshotSets):
         for table in self._snapshot_tables():
             self.con.execute(f"DELETE FROM {table} WHERE snapshot_id = ?", [sid])
         self.con.execute("DELETE FROM snapshots WHERE snapshot_id = ?", [sid])
-        self._drop_unused_folder_sets()
+        self._drop_unused_sets()
 
     def delete_snapshot(self, tag: str) -> None:
         self.write(lambda: self._delete_snapshot_rows(self.require_snapshot(tag)))
@@ -271,7 +271,7 @@ class SnapshotWriter(SnapshotSets):
         return self.write(self._drop_unreferenced)
 
     def _drop_unreferenced(self) -> int:
-        self._drop_unused_folder_sets()
+        self._drop_unused_sets()
         for table in self._folder_tables():
             self.con.execute(
                 f"DELETE FROM {table} WHERE folder_digest NOT IN (SELECT DISTINCT folder_digest FROM snapshot_folders)"
