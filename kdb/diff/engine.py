@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import json
 from typing import Any
 
 from kdb.diff.matching import Pairing, match
 from kdb.diff.model import (
     DEFAULT_MIN_MATCH,
-    LIMITERS,
     METRICS,
     REPORT_STATUSES,
     DiffResult,
@@ -62,15 +62,28 @@ def first_changed_stage(sa: Side, a: Row, sb: Side, b: Row) -> str | None:
 
 
 # -- comparison ---------------------------------------------------------------------------------------
-_NUMBERS = (int, float)
+@functools.lru_cache(maxsize=4096)
+def _groups(raw: str) -> dict[str, int]:
+    """A mix-group document decoded once: kernels of one build share few distinct ones (read only)."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
-def _delta(a: Any, b: Any) -> Any:
-    if a is None or b is None:  # the common case for another vendor's columns
-        return None
-    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS) and not isinstance(a, bool):
-        return b - a
-    return None
+@functools.lru_cache(maxsize=4096)
+def _unchanged_groups(raw: str) -> dict[str, dict[str, int]]:
+    """The group table of two kernels with the same mix-group document: every delta 0 (shared, read only)."""
+    groups = _groups(raw)
+    return {g: {"a": groups[g], "b": groups[g], "delta": 0} for g in sorted(groups)}
+
+
+def _group_document(k: dict[str, Any]) -> dict[str, int]:
+    raw = k.get("instr_groups")
+    if isinstance(raw, str):
+        return _groups(raw)
+    return raw if isinstance(raw, dict) else {}
 
 
 def _mix_tables(
@@ -78,13 +91,16 @@ def _mix_tables(
 ) -> tuple[dict, dict]:
     """(group -> {a, b, delta} for every group, mnemonic -> {a, b, delta} for mnemonics whose count changed)."""
     raw_a = a.get("instr_groups")
-    same = isinstance(raw_a, str) and raw_a == b.get("instr_groups")  # one document: decode it once
-    ga = row_document(a, "instr_groups") or {}
-    gb = ga if same else row_document(b, "instr_groups") or {}
-    group_table = {
-        g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
-        for g in sorted(ga.keys() | gb.keys())
-    }
+    if isinstance(raw_a, str) and raw_a == b.get("instr_groups"):
+        group_table = _unchanged_groups(raw_a)
+    else:
+        ga, gb = _group_document(a), _group_document(b)
+        group_table = {
+            g: {"a": ga.get(g, 0), "b": gb.get(g, 0), "delta": gb.get(g, 0) - ga.get(g, 0)}
+            for g in sorted(ga.keys() | gb.keys())
+        }
+    if mnemonics_a == mnemonics_b:
+        return group_table, {}
     # (mnemonic, count) pairs in one mix and not the other: the set operation runs in C, so only the
     # mnemonics whose count changed are visited here
     differing = sorted({m for m, _ in mnemonics_a.items() ^ mnemonics_b.items()})
@@ -106,20 +122,17 @@ def _same_mix(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     return a.get("instr_mix_digest") is not None and a.get("instr_mix_digest") == b.get("instr_mix_digest")
 
 
+_NO_MNEMONICS: dict[str, int] = {}
+
+
 def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
     """The diff of a paired kernel: facts, limiters, instruction mix, first changed stage, verdict."""
     a, b = p.a, p.b
     assert a is not None and b is not None
-    facts_differ = False
-    metrics: dict[str, dict[str, Any]] = {}
-    for m in METRICS:
-        va, vb = a.get(m), b.get(m)
-        metrics[m] = {"a": va, "b": vb, "delta": _delta(va, vb)}
-        facts_differ = facts_differ or va != vb
-    limiters = {m: {"a": a.get(m), "b": b.get(m)} for m in LIMITERS}
+    get_a, get_b = a.get, b.get
+    facts_differ = any(get_a(m) != get_b(m) for m in METRICS)
     if _same_mix(a, b):  # equal digests: no mnemonic count changed, none needs reading
-        mnemonics_a: dict[str, int] = {}
-        mnemonics_b: dict[str, int] = {}
+        mnemonics_a = mnemonics_b = _NO_MNEMONICS
     else:
         mnemonics_a, mnemonics_b = sa.mnemonics_of(a["cache_key"]), sb.mnemonics_of(b["cache_key"])
     mix_groups, mix_mnemonics = _mix_tables(a, mnemonics_a, b, mnemonics_b)
@@ -133,8 +146,6 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
         p.name,
         a=facts_a,
         b=facts_b,
-        metrics=metrics,
-        limiters=limiters,
         mix_groups=mix_groups,
         mix_mnemonics=mix_mnemonics,
         first_changed_stage=stage,

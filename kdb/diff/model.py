@@ -142,6 +142,18 @@ def spills(facts: KernelFacts | None) -> int | None:
     return sum(v or 0 for v in values)
 
 
+_NUMBERS = (int, float)
+
+
+def _delta(a: Any, b: Any) -> Any:
+    """b - a for two numbers (not booleans); None otherwise (a side lacks the fact: another vendor's column)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS) and not isinstance(a, bool):
+        return b - a
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class KernelDiff:
     status: Status
@@ -150,13 +162,28 @@ class KernelDiff:
     b: KernelFacts | None = None
     reason: str | None = None
     candidates: tuple[str, ...] = ()
-    metrics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {a, b, delta}
-    limiters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # name -> {a, b}
     mix_groups: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # grp -> {a, b, delta}
     mix_mnemonics: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # only those that changed
     first_changed_stage: str | None = None
     severity: float = 0.0
     fired_rules: tuple[str, ...] = ()
+
+    # The metric and limiter tables follow from the two sides' facts, so they are derived when a renderer
+    # asks, not built for every pair: most of a 10k-kernel diff's pairs are never shown.
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """name -> {a, b, delta} for every METRICS column of a paired kernel; empty when unpaired."""
+        if self.a is None or self.b is None:
+            return {}
+        va, vb = self.a.values, self.b.values
+        return {m: {"a": va.get(m), "b": vb.get(m), "delta": _delta(va.get(m), vb.get(m))} for m in METRICS}
+
+    @property
+    def limiters(self) -> dict[str, dict[str, Any]]:
+        """name -> {a, b} for every LIMITERS column of a paired kernel; empty when unpaired."""
+        if self.a is None or self.b is None:
+            return {}
+        return {m: {"a": self.a.get(m), "b": self.b.get(m)} for m in LIMITERS}
 
     @property
     def a_cache_key(self) -> str | None:

@@ -11,9 +11,6 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table as RichTable
-
 FORMATS = ("table", "json", "csv")
 
 
@@ -61,6 +58,8 @@ def human_bytes(n: int | None) -> str:
 
 
 def render_rich(renderable: Any, width: int = 100) -> str:
+    from rich.console import Console  # imported where drawn: 30 ms of every command's start-up otherwise
+
     buf = io.StringIO()
     Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False).print(renderable)
     return buf.getvalue()
@@ -70,6 +69,8 @@ def table_text(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, width: int | None = None
 ) -> str:
     """A plain aligned table; without a width it is as wide as its content (for pipes and files)."""
+    from rich.table import Table as RichTable
+
     t = RichTable(title=title, show_edge=False, pad_edge=False, box=None, header_style="bold")
     for c in columns:
         t.add_column(c, overflow="fold", min_width=min(len(c), 24))
