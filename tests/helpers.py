@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -34,6 +35,15 @@ def kdb_subprocess(home: Path, *args: str, timeout: float = 600, binary: bool = 
         [sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True, text=not binary, timeout=timeout
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def python_json_text(document: object) -> str:
+    """What Python's encoder writes for `document` (indent 2, non-ASCII kept), with floats' exponents as
+    orjson writes them (1e-7, 1e16; Python: 1e-07, 1e+16): the same numbers, the text kdb's to_json must give."""
+    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    # a number is a whole value on its line in indented JSON (after `"key": ` or alone in a list)
+    number = re.compile(r'^(\s*(?:"(?:[^"\\]|\\.)*": )?-?[0-9]+(?:\.[0-9]+)?)e\+?(-?)0*([0-9]+)(,?)$', re.MULTILINE)
+    return number.sub(lambda m: f"{m.group(1)}e{m.group(2)}{m.group(3)}{m.group(4)}", text)
 
 
 def tree_hashes(root: Path) -> dict[str, str]:

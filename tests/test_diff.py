@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from conftest import CORPUS, ROOT, load_manifest, snapshot_names
-from helpers import kdb
+from helpers import kdb, python_json_text
 
 from kdb.errors import ExitCode
 
@@ -48,6 +48,8 @@ def diff_json(capsys, home: Path, *args: str) -> tuple[int, dict]:
     assert r.code in (0, 1), r.err
     doc = json.loads(r.out)
     jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    # orjson writes it; the text is the one Python's own encoder writes for the same document
+    assert r.out == python_json_text(doc)
     return r.code, doc
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PAIR
-from helpers import kdb
+from helpers import kdb, python_json_text
 
 ANSI = "\x1b["
 
@@ -192,3 +192,34 @@ def test_sql_fits_the_terminal_with_a_row_limit(pair_home):
     assert code == 0 and "40 shown" in out
     code, out, _ = _run(pair_home, "sql", "SELECT tag FROM kernels", "--format", "csv")
     assert len(out.splitlines()) > 40  # other formats are never cut
+
+
+def test_json_text_is_what_pythons_encoder_writes_and_falls_back_where_orjson_refuses():
+    """to_json (orjson) writes what json.dumps(indent=2) wrote before it, values kdb stores included; a
+    document orjson refuses (a key that is not a string, an integer beyond 64 bits) still comes out."""
+    from datetime import datetime
+    from decimal import Decimal
+
+    from kdb.render.tables import to_json
+
+    doc = {
+        "when": datetime(2026, 11, 24, 6, 36, 10, 123456),
+        "day": datetime(2026, 11, 24),
+        "size": Decimal("12.5"),
+        "raw": b"\x00\xff",
+        "nested": [{"a": 1, "b": None, "c": 0.1, "d": -3.5e-07, "e": "µs → ✓"}, [], {}],
+        "tuple": (1, 2),
+        "ratio": 0.999999,
+    }
+    expected = {
+        **doc,
+        "when": "2026-11-24T06:36:10.123456",
+        "day": "2026-11-24T00:00:00",
+        "size": 12.5,
+        "raw": "00ff",
+        "tuple": [1, 2],
+    }
+    assert to_json(doc) == python_json_text(expected)
+    assert '"d": -3.5e-7,' in to_json(doc) and json.loads(to_json(doc))["nested"][0]["d"] == -3.5e-07
+    assert json.loads(to_json({(1, 2): "tuple key", "big": 2**70})) == {"(1, 2)": "tuple key", "big": 2**70}
+    assert to_json({"nan": float("nan")}) == '{\n  "nan": null\n}\n'

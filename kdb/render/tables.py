@@ -11,6 +11,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 FORMATS = ("table", "json", "csv")
 
 
@@ -28,8 +30,30 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _json_default(value: Any) -> Any:
+    """What orjson cannot write itself, as _jsonable writes it."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+_ORJSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_APPEND_NEWLINE
+
+
 def to_json(document: Any) -> str:
-    return json.dumps(_jsonable(document), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    """`document` as JSON indented by two spaces, keys in insertion order, non-ASCII kept. orjson writes it
+    (Python's encoder is pure Python once it indents: 1.4 s of a 10k-kernel diff's document); what orjson
+    refuses (a key that is not a string, an integer beyond 64 bits) goes through Python's encoder.
+    Floats in exponent form read 1e-7 (Python's encoder: 1e-07), the same number; non-finite floats become
+    null (Python's encoder would write NaN, which is not JSON)."""
+    try:
+        return orjson.dumps(document, default=_json_default, option=_ORJSON_OPTIONS).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(_jsonable(document), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
 def _cell(value: Any) -> str:
