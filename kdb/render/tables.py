@@ -16,22 +16,17 @@ import orjson
 FORMATS = ("table", "json", "csv")
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, bytes):
-        return value.hex()
+def _string_keys(value: Any) -> Any:
+    """`value` with every mapping key as text (for Python's encoder, which refuses a tuple key)."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): _string_keys(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [_string_keys(v) for v in value]
     return value
 
 
 def _json_default(value: Any) -> Any:
-    """What orjson cannot write itself, as _jsonable writes it."""
+    """What JSON has no type for: dates as ISO 8601 text, decimals as floats, bytes as hex."""
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -53,7 +48,8 @@ def to_json(document: Any) -> str:
     try:
         return orjson.dumps(document, default=_json_default, option=_ORJSON_OPTIONS).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
-        return json.dumps(_jsonable(document), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+        text = json.dumps(_string_keys(document), default=_json_default, indent=2, ensure_ascii=False)
+        return text + "\n"
 
 
 def _cell(value: Any) -> str:

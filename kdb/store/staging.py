@@ -22,8 +22,11 @@ class Staging:
         self.path = path
         self.schema = schema
         # DuckDB keeps written pages cached up to its memory limit (80% of RAM by default); a small limit
-        # makes it write them out instead, which is what keeps an ingest's memory flat.
-        self.con = duckdb.connect(str(path), config={"memory_limit": STAGING_MEMORY})
+        # makes it write them out instead, which is what keeps an ingest's memory flat. One thread: with
+        # one per core, DuckDB's JSON reader needed more than 64 MB for a 3 MB load (2 to 16 threads
+        # measured), so loads ran under 128 MB and the parent grew by up to 70 MB for each; with one it
+        # needs 40 MB (connection.JSON_LOAD_MEMORY). The staging file is written by one Python thread anyway.
+        self.con = duckdb.connect(str(path), config={"memory_limit": STAGING_MEMORY, "threads": 1})
         for name, columns in schema.items():
             self.con.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {t}' for c, t in columns.items())})")
 
