@@ -22,9 +22,13 @@ from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
 
 # Below this many files a worker pool costs more than it saves.
 POOL_MIN_FILES = 200
-# Kernel folders per worker task: their SASS is disassembled by one nvdisasm process (~0.25 s to start,
-# where one per cubin cost that each), while enough tasks remain to keep every core busy.
+# Kernel folders per worker task: enough tasks to keep every core busy, few enough files in memory.
 BATCH_FOLDERS = 24
+# Folders with a cubin travel in batches of their own, up to this many: their SASS is disassembled by one
+# nvdisasm process per architecture and batch, and a process costs ~0.2 s to start against ~12 µs an
+# instruction (the H100 mlp cache: 372 kernels, 2.7 s of instructions; in batches of 24, mixed with AMD
+# folders in the 10k bench cache, start-ups were most of the SASS time).
+SASS_BATCH_MAX_FOLDERS = 96
 
 
 @dataclass
@@ -165,14 +169,31 @@ def _store_groups(
     return results
 
 
-def batches(groups: list[Group], known: dict[str, frozenset[str]]) -> Iterator[list[tuple[Group, frozenset[str]]]]:
-    """Groups in order, BATCH_FOLDERS kernel folders (or one big run of other files) at a time."""
+def batches(
+    groups: list[Group], known: dict[str, frozenset[str]], workers: int = 1
+) -> Iterator[list[tuple[Group, frozenset[str]]]]:
+    """Batches of groups: BATCH_FOLDERS kernel folders (or one big run of other files) at a time, then the
+    folders with a cubin in larger batches (at most SASS_BATCH_MAX_FOLDERS, at least two a worker)."""
+    other = [g for g in groups if not _has_cubin(g)]
+    sass = [g for g in groups if _has_cubin(g)]
+    yield from _batched(other, known, BATCH_FOLDERS)
+    per_batch = max(BATCH_FOLDERS, min(SASS_BATCH_MAX_FOLDERS, -(-len(sass) // (2 * workers))))
+    yield from _batched(sass, known, per_batch)
+
+
+def _has_cubin(group: Group) -> bool:
+    return group[2] and any(f.kind == "cubin" for f in group[1])
+
+
+def _batched(
+    groups: list[Group], known: dict[str, frozenset[str]], per_batch: int
+) -> Iterator[list[tuple[Group, frozenset[str]]]]:
     batch: list[tuple[Group, frozenset[str]]] = []
     folders = 0
     for group in groups:
         batch.append((group, known.get(group[0] or "", frozenset())))
         folders += group[2]
-        if folders >= BATCH_FOLDERS or len(batch) >= 4 * BATCH_FOLDERS:
+        if folders >= per_batch or len(batch) >= 4 * BATCH_FOLDERS:
             yield batch
             batch, folders = [], 0
     if batch:
@@ -251,7 +272,7 @@ def run_groups(
 ) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
-        for batch in batches(groups, known):
+        for batch in batches(groups, known, workers):
             yield from _store_groups(str(store_root), batch, max_bytes, options)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
@@ -267,7 +288,7 @@ def run_groups(
         initargs=(os.getpid(),),
     ) as pool:
         pending: deque[Future[list[GroupResult]]] = deque()
-        for batch in batches(groups, known):
+        for batch in batches(groups, known, workers):
             pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options))
             if len(pending) >= window:
                 yield from pending.popleft().result()

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
@@ -48,6 +48,19 @@ CHUNK = 1024 * 1024
 ORPHAN_MAX_BYTES = 1 << 30
 # Inside the store root but never a shard (shards are named by two hex digits).
 DICTIONARY_DIR = "dictionaries"
+
+
+def _load_syncfs() -> Any:
+    """libc's syncfs, or None where there is none."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_syncfs = _load_syncfs()
 # The zstd contexts built on dictionaries, per store root and dictionary hash ("" for none): a worker
 # builds a BlobStore per folder, and preparing a 112 KB dictionary costs more than compressing a small
 # file. The index is cached per root with its directory's inode and mtime, so a store removed and made
@@ -340,8 +353,17 @@ class BlobStore(DictionaryIndex):
             os.unlink(tmp_name)
 
     def durable(self) -> None:
-        """Flush every written blob to disk; called once before a catalog commit that references them."""
-        os.sync()
+        """Flush every written blob to disk; called once before a catalog commit that references them.
+
+        syncfs(2) flushes the store's file system only; sync(2) also waited for every other file system's
+        dirty pages (0.34 s of a 3 s first ingest of the gfx942 mlp cache). Where there is no syncfs
+        (not Linux), sync."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            if _syncfs is None or _syncfs(fd) != 0:
+                os.sync()
+        finally:
+            os.close(fd)
 
     # -- reading ---------------------------------------------------------------------------------
     def get(self, digest: str, size: int) -> bytes:

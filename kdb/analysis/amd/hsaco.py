@@ -5,18 +5,14 @@ Layout facts: shared/reference/amd-code-objects.md (checked against LLVM 22's ll
 
 from __future__ import annotations
 
-import io
 import re
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
-from elftools.common.exceptions import ELFError
-from elftools.construct.core import ConstructError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
 
+from kdb.analysis import elf64
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec
 from kdb.errors import ParseError
 
@@ -33,10 +29,8 @@ KERNEL_DESCRIPTOR_SIZE = 64
 MAX_NOTE_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 
-# Errors pyelftools, struct and msgpack raise on malformed input; all become ParseError at one place.
+# Errors struct and msgpack raise on malformed input; all become ParseError at one place.
 _LIBRARY_ERRORS: tuple[type[BaseException], ...] = (
-    ELFError,
-    ConstructError,
     struct.error,
     ValueError,
     KeyError,
@@ -110,18 +104,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _parse(data: bytes) -> CodeObject:
-    if len(data) < 64 or data[:4] != b"\x7fELF":
-        raise ParseError("not an ELF file")
-    if data[4] != 2 or data[5] != 1:
-        raise ParseError("not a 64-bit little-endian ELF")
-    elf = ELFFile(io.BytesIO(data))
-    if elf.header["e_machine"] not in ("EM_AMDGPU", EM_AMDGPU):
-        raise ParseError(f"not an AMDGPU ELF (e_machine {elf.header['e_machine']})")
-    # pyelftools names OS ABI 64 'ELFOSABI_ARM_AEABI' (same number): read the raw byte.
+    hdr = elf64.header(data)
+    if hdr.machine != EM_AMDGPU:
+        raise ParseError(f"not an AMDGPU ELF (e_machine {hdr.machine})")
     if data[7] != ELFOSABI_AMDGPU_HSA:
         raise ParseError(f"OS ABI {data[7]} is not AMDGPU HSA")
     version = CODE_OBJECT_VERSIONS.get(data[8])
-    flags = elf.header["e_flags"]
+    flags = hdr.flags
     mach = flags & 0xFF
     arch = ARCH_BY_MACH.get(mach, f"unknown-0x{mach:02x}")
     if version is not None and version >= 4:
@@ -130,43 +119,21 @@ def _parse(data: bytes) -> CodeObject:
         xnack = "on" if flags & 0x100 else "off"
         sramecc = "on" if flags & 0x200 else "off"
 
-    sections = _sections(elf, len(data))
-    note = _metadata_note(elf, data, sections)
+    sections = elf64.sections(data, hdr)
+    note = _metadata_note(data, sections)
     target = note.get("amdhsa.target")
     kernels_meta = note.get("amdhsa.kernels")
     if not isinstance(kernels_meta, list):
         raise ParseError("metadata note has no amdhsa.kernels list")
-    symbols = _symbols(elf)
+    symbols = _symbols(data, sections)
     kernels = [_kernel(meta, arch, symbols, sections, data) for meta in kernels_meta]
     return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None, kernels)
 
 
-@dataclass(frozen=True)
-class _Section:
-    addr: int
-    offset: int
-    size: int
-    nobits: bool
-
-
-def _sections(elf: ELFFile, file_size: int) -> list[_Section]:
-    if elf.num_sections() > 4096:
-        raise ParseError(f"implausible section count {elf.num_sections()}")
-    result = []
-    for section in elf.iter_sections():
-        hdr = section.header
-        nobits = hdr["sh_type"] == "SHT_NOBITS"
-        if not nobits and hdr["sh_type"] != "SHT_NULL" and hdr["sh_offset"] + hdr["sh_size"] > file_size:
-            raise ParseError(f"section {section.name!r} extends past the end of the file")
-        result.append(_Section(hdr["sh_addr"], hdr["sh_offset"], hdr["sh_size"], nobits))
-    return result
-
-
-def _metadata_note(elf: ELFFile, data: bytes, sections: list[_Section]) -> dict[str, Any]:
-    for index, section in enumerate(elf.iter_sections()):
-        if section.header["sh_type"] != "SHT_NOTE":
+def _metadata_note(data: bytes, sections: list[elf64.Section]) -> dict[str, Any]:
+    for sec in sections:
+        if sec.type != elf64.SHT_NOTE:
             continue
-        sec = sections[index]
         for owner, note_type, desc in _notes(data[sec.offset : sec.offset + sec.size]):
             if owner == b"AMDGPU" and note_type == NT_AMDGPU_METADATA:
                 if len(desc) > MAX_NOTE_BYTES:
@@ -214,32 +181,21 @@ def _json_safe(value: Any, depth: int) -> Any:
     return repr(value)  # msgpack ExtType and the like: keep something readable
 
 
-@dataclass(frozen=True)
-class _Symbol:
-    value: int
-    size: int
-    shndx: int
-    kind: str
-
-
-def _symbols(elf: ELFFile) -> dict[str, _Symbol]:
-    table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-    if not isinstance(table, SymbolTableSection):
+def _symbols(data: bytes, sections: list[elf64.Section]) -> dict[str, elf64.Symbol]:
+    """Functions and objects by name (the kernels' code and their `.kd` descriptors)."""
+    by_name = {s.name: s for s in sections}
+    table = by_name.get(".symtab") or by_name.get(".dynsym")
+    if table is None or table.type not in (elf64.SHT_SYMTAB, elf64.SHT_DYNSYM):
         raise ParseError("no symbol table")
-    if table.header["sh_entsize"] != 24:
-        raise ParseError(f"symbol entry size {table.header['sh_entsize']} is not 24")
-    symbols: dict[str, _Symbol] = {}
-    for symbol in table.iter_symbols():
-        shndx = symbol["st_shndx"]
-        if not isinstance(shndx, int):  # SHN_ABS/SHN_UNDEF: the `.num_vgpr`-style helpers
-            continue
-        kind = symbol["st_info"]["type"]
-        if kind in ("STT_FUNC", "STT_OBJECT") and symbol.name:
-            symbols[symbol.name] = _Symbol(symbol["st_value"], symbol["st_size"], shndx, kind)
-    return symbols
+    return {
+        sym.name: sym
+        for sym in elf64.symbols(data, table, sections)
+        # SHN_UNDEF/SHN_ABS: the `.num_vgpr`-style helpers
+        if sym.shndx not in elf64.NO_SECTION and sym.type in (elf64.STT_FUNC, elf64.STT_OBJECT) and sym.name
+    }
 
 
-def _file_offset(sym: _Symbol, sections: list[_Section], file_size: int, what: str) -> int:
+def _file_offset(sym: elf64.Symbol, sections: list[elf64.Section], file_size: int, what: str) -> int:
     if not 0 <= sym.shndx < len(sections):
         raise ParseError(f"{what}: symbol in section {sym.shndx} which does not exist")
     sec = sections[sym.shndx]
@@ -254,7 +210,9 @@ def _file_offset(sym: _Symbol, sections: list[_Section], file_size: int, what: s
     return offset
 
 
-def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_Section], data: bytes) -> KernelObject:
+def _kernel(
+    meta: Any, arch: str, symbols: dict[str, elf64.Symbol], sections: list[elf64.Section], data: bytes
+) -> KernelObject:
     if not isinstance(meta, dict):
         raise ParseError("amdhsa.kernels entry is not a map")
     name = meta.get(".name")
@@ -264,10 +222,10 @@ def _kernel(meta: Any, arch: str, symbols: dict[str, _Symbol], sections: list[_S
     if not isinstance(kd_name, str):
         kd_name = name + ".kd"
     kd_sym = symbols.get(kd_name)
-    if kd_sym is None or kd_sym.kind != "STT_OBJECT":
+    if kd_sym is None or kd_sym.type != elf64.STT_OBJECT:
         raise ParseError(f"kernel {name}: no descriptor symbol {kd_name}")
     func_sym = symbols.get(name)
-    if func_sym is None or func_sym.kind != "STT_FUNC":
+    if func_sym is None or func_sym.type != elf64.STT_FUNC:
         raise ParseError(f"kernel {name}: no function symbol")
     if kd_sym.size and kd_sym.size < KERNEL_DESCRIPTOR_SIZE:
         raise ParseError(f"kernel {name}: descriptor is {kd_sym.size} bytes")
