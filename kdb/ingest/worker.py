@@ -25,10 +25,11 @@ POOL_MIN_FILES = 200
 # Kernel folders per worker task: enough tasks to keep every core busy, few enough files in memory.
 BATCH_FOLDERS = 24
 # Folders with a cubin travel in batches of their own, up to this many: their SASS is disassembled by one
-# nvdisasm process per architecture and batch, and a process costs ~0.2 s to start against ~12 µs an
-# instruction (the H100 mlp cache: 372 kernels, 2.7 s of instructions; in batches of 24, mixed with AMD
-# folders in the 10k bench cache, start-ups were most of the SASS time).
-SASS_BATCH_MAX_FOLDERS = 96
+# nvdisasm process per architecture and batch (and per SASS_CHUNK_BYTES of code), and a process costs
+# ~0.2 s to start against ~12 µs an instruction (the H100 mlp cache: 372 kernels, 2.7 s of instructions;
+# in batches of 24, mixed with AMD folders in the 10k bench cache, start-ups were most of the SASS time).
+# More folders a batch hold more files in a worker's memory (10k bench cache: ~0.4 MB a folder).
+SASS_BATCH_MAX_FOLDERS = 64
 
 
 @dataclass

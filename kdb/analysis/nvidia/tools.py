@@ -221,7 +221,26 @@ def sass_of_code(items: list[tuple[str, bytes]]) -> list[SassResult]:
     return results
 
 
+# nvdisasm's memory grows with its input (measured: 54 MB for one kernel, 89 MB for 1 MB of code, 180 MB
+# for 3.5 MB), so one process reads at most about this much code; a few more start-ups (~0.2 s each)
+# against a bounded ingest memory.
+SASS_CHUNK_BYTES = 512 * 1024
+
+
 def _sass_arch(tools: list[Path], arch: str, codes: list[bytes]) -> list[SassResult]:
+    results: list[SassResult] = []
+    chunk: list[bytes] = []
+    size = 0
+    for code in codes:
+        if chunk and size + len(code) > SASS_CHUNK_BYTES:
+            results += _sass_chunk(tools, arch, chunk)
+            chunk, size = [], 0
+        chunk.append(code)
+        size += len(code)
+    return results + (_sass_chunk(tools, arch, chunk) if chunk else [])
+
+
+def _sass_chunk(tools: list[Path], arch: str, codes: list[bytes]) -> list[SassResult]:
     reason = f"no nvdisasm here can decode {arch}"
     for tool in tools:
         out = _sass_raw(tool, arch, codes)
@@ -232,7 +251,7 @@ def _sass_arch(tools: list[Path], arch: str, codes: list[bytes]) -> list[SassRes
         if len(codes) == 1:
             return [SassResult(None, out, error=True)]
         # The batch failed: disassemble one by one, so that only the bad kernel goes without SASS.
-        return [r for code in codes for r in _sass_arch([tool], arch, [code])]
+        return [r for code in codes for r in _sass_chunk([tool], arch, [code])]
     return [SassResult(None, reason)] * len(codes)
 
 
