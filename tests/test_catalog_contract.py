@@ -247,3 +247,95 @@ def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys):
         assert kdb(capsys, home, "rm", tag).code == 0
     assert kdb(capsys, home, "gc").code == 0
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]
+
+
+def test_migration_009_moves_inductor_links_into_sets(tmp_path, capsys):
+    """A catalog left by the 008-era layout (kernel_modules and autotune_results tables, rows per snapshot)
+    upgrades with every row kept, through every view that reads them; the migration's digests and the
+    ingest's agree, so an unchanged re-ingest of a real TorchInductor directory adds no link rows; gc
+    drops the sets no snapshot names."""
+    import tarfile
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    cache = tmp_path / "gpt2"
+    with tarfile.open(repo / "corpus" / "inductor" / "h100-torch2.11-t3.6.0" / "gpt2_train.tar.xz", "r:xz") as tar:
+        tar.extractall(cache, filter="data")
+    home = tmp_path / "home"
+    for tag in ("x", "y"):
+        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0
+    views = {
+        name: f"SELECT s.tag, v.* EXCLUDE (snapshot_id) FROM {name} v JOIN snapshots s USING (snapshot_id) ORDER BY ALL"
+        for name in ("kernel_modules", "autotune_results")
+    } | {
+        name: f"SELECT * EXCLUDE (snapshot_id) FROM {name} ORDER BY ALL"
+        for name in ("autotune", "inductor_kernels", "kernels")
+    }
+    before = {k: kdb(capsys, home, "sql", q, "--format", "json").json() for k, q in views.items()}
+    links = {name: sum(1 for r in before[name] if r["tag"] == "x") for name in ("kernel_modules", "autotune_results")}
+    assert all(n > 0 for n in links.values()), links
+    assert all(len(before[name]) == 2 * n for name, n in links.items())
+    assert any(r["inductor_module"] for r in before["kernels"]) and any(
+        r["is_autotune_best"] for r in before["kernels"]
+    )
+    # the 008-era layout: both link tables per snapshot, the views that read them as they were
+    migration = (repo / "schema" / "009_link_sets.sql").read_text()
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    for name in ("kernel_modules", "autotune_results"):
+        con.execute(f"CREATE TABLE moved_{name} AS SELECT * FROM {name}")
+    for view in ("kernels", "inductor_kernels", "autotune", "kernel_modules", "autotune_results"):
+        con.execute(f"DROP VIEW {view}")
+    con.execute(
+        "CREATE TABLE kernel_modules (snapshot_id INTEGER NOT NULL, cache_key VARCHAR NOT NULL, module_path VARCHAR, "
+        "kernel_name VARCHAR, link VARCHAR NOT NULL, detail VARCHAR, PRIMARY KEY (snapshot_id, cache_key))"
+    )
+    con.execute(
+        "CREATE TABLE autotune_results (snapshot_id INTEGER NOT NULL, source VARCHAR NOT NULL, path VARCHAR NOT NULL, "
+        "entry INTEGER NOT NULL, kernel_name VARCHAR, module_path VARCHAR, key JSON, config JSON NOT NULL, "
+        "time_ms DOUBLE, timings JSON, tuning_ms DOUBLE, is_best BOOLEAN NOT NULL, found_by_coordesc BOOLEAN, "
+        "triton_cache_hash VARCHAR, cache_key VARCHAR, link VARCHAR NOT NULL, link_detail VARCHAR, "
+        "PRIMARY KEY (snapshot_id, path, entry))"
+    )
+    for name in ("kernel_modules", "autotune_results"):
+        con.execute(f"INSERT INTO {name} SELECT * FROM moved_{name}")
+        con.execute(f"DROP TABLE moved_{name}")
+    con.execute(migration[migration.index("CREATE VIEW autotune AS") :])  # the three views, unchanged by 009
+    con.execute("DROP TABLE kernel_module_sets")
+    con.execute("DROP TABLE autotune_result_sets")
+    con.execute("ALTER TABLE snapshots DROP COLUMN kernel_module_set")
+    con.execute("ALTER TABLE snapshots DROP COLUMN autotune_result_set")
+    con.execute("DELETE FROM schema_migrations WHERE version = 9")
+    assert con.execute("SELECT count(*) FROM kernel_modules").fetchone()[0] == 2 * links["kernel_modules"]
+    con.close()
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 009
+        assert 9 in {v for v, _ in catalog.applied_migrations()}
+        # the two snapshots held the same links: one set of each
+        for table, name in (("kernel_module_sets", "kernel_modules"), ("autotune_result_sets", "autotune_results")):
+            assert catalog.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == links[name]
+    assert {k: kdb(capsys, home, "sql", q, "--format", "json").json() for k, q in views.items()} == before
+    assert kdb(capsys, home, "verify").code == 0
+    # the same directory again: no new set, no new link row
+    assert kdb(capsys, home, "ingest", str(cache), "--tag", "z", "--no-sass", "-q").code == 0
+    counts = (
+        "SELECT (SELECT count(DISTINCT set_digest) FROM kernel_module_sets) AS module_sets, "
+        "(SELECT count(*) FROM kernel_module_sets) AS module_rows, "
+        "(SELECT count(DISTINCT set_digest) FROM autotune_result_sets) AS autotune_sets, "
+        "(SELECT count(*) FROM autotune_result_sets) AS autotune_rows"
+    )
+    assert kdb(capsys, home, "sql", counts, "--format", "json").json() == [
+        {
+            "module_sets": 1,
+            "module_rows": links["kernel_modules"],
+            "autotune_sets": 1,
+            "autotune_rows": links["autotune_results"],
+        }
+    ]
+    # the new snapshot reads the same rows through the views
+    after = kdb(capsys, home, "sql", views["autotune"], "--format", "json").json()
+    assert [r | {"tag": "x"} for r in after if r["tag"] == "z"] == [r for r in before["autotune"] if r["tag"] == "x"]
+    for tag in ("x", "y", "z"):
+        assert kdb(capsys, home, "rm", tag).code == 0
+    assert kdb(capsys, home, "gc").code == 0
+    assert kdb(capsys, home, "sql", counts, "--format", "json").json() == [
+        {"module_sets": 0, "module_rows": 0, "autotune_sets": 0, "autotune_rows": 0}
+    ]

@@ -14,7 +14,7 @@ from kdb.store.home import CollectedMeanwhile
 
 @dataclass(frozen=True)
 class RowSet:
-    """Rows a snapshot names by digest and the catalog stores once per distinct content (schema/003, 008)."""
+    """Rows a snapshot names by digest and the catalog stores once per distinct content (schema/003, 008, 009)."""
 
     table: str  # the set table: set_digest + `columns`
     snapshot_column: str  # the snapshots column naming the set
@@ -24,8 +24,8 @@ class RowSet:
     order: str
 
 
-# The Inductor module rows' text: every value as text, so JSON staged as VARCHAR and JSON read back from a
-# catalog hash alike (schema/008_inductor_module_sets.sql computes the same).
+# The Inductor rows' text: every value as text, so JSON staged as VARCHAR and JSON read back from a catalog
+# hash alike (schema/008_inductor_module_sets.sql and 009_link_sets.sql compute the same).
 ROW_SETS = (
     RowSet(
         "folder_sets",
@@ -43,6 +43,25 @@ ROW_SETS = (
         "to_json([path, kernel_name, heuristic, def_line::VARCHAR, size_hints::VARCHAR, triton_meta::VARCHAR, "
         "inductor_meta::VARCHAR, configs::VARCHAR, kernel_perf_ms::VARCHAR])::VARCHAR",
         "path, kernel_name",
+    ),
+    RowSet(
+        "kernel_module_sets",
+        "kernel_module_set",
+        "kernel_modules",
+        "cache_key, module_path, kernel_name, link, detail",
+        "to_json([cache_key, module_path, kernel_name, link, detail])::VARCHAR",
+        "cache_key",
+    ),
+    RowSet(
+        "autotune_result_sets",
+        "autotune_result_set",
+        "autotune_results",
+        "source, path, entry, kernel_name, module_path, key, config, time_ms, timings, tuning_ms, is_best, "
+        "found_by_coordesc, triton_cache_hash, cache_key, link, link_detail",
+        "to_json([source, path, entry::VARCHAR, kernel_name, module_path, key::VARCHAR, config::VARCHAR, "
+        "time_ms::VARCHAR, timings::VARCHAR, tuning_ms::VARCHAR, is_best::VARCHAR, found_by_coordesc::VARCHAR, "
+        "triton_cache_hash, cache_key, link, link_detail])::VARCHAR",
+        "path, entry",
     ),
 )
 
@@ -126,8 +145,9 @@ class SnapshotWriter(SnapshotSets):
             """
             INSERT INTO snapshots (snapshot_id, tag, created_at, source_path, host, kdb_version,
                 triton_versions, targets, kernel_count, file_count, problem_count, raw_bytes,
-                stored_bytes, new_bytes, labels, folder_set, inductor_module_set)
-            VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?, ?)
+                stored_bytes, new_bytes, labels, folder_set, inductor_module_set, kernel_module_set,
+                autotune_result_set)
+            VALUES (?, ?, ?, ?, ?, ?, [], [], 0, ?, 0, ?, 0, ?, MAP(?::VARCHAR[], ?::VARCHAR[]), ?, ?, ?, ?)
             """,
             [
                 sid,
@@ -141,7 +161,7 @@ class SnapshotWriter(SnapshotSets):
                 snapshot["new_bytes"],
                 list(labels.keys()),
                 list(labels.values()),
-                *sets,  # folder_set, inductor_module_set (ROW_SETS' order)
+                *sets,  # folder_set, inductor_module_set, kernel_module_set, autotune_result_set (ROW_SETS' order)
             ],
         )
         if "file_stats" in names:  # an ingest's (a transfer stages none)
