@@ -488,3 +488,43 @@ def test_nvidia_tool_wheels_are_found_first(tmp_path, monkeypatch):
     monkeypatch.setenv("KDB_CUDA_BIN", str(made[1].parent))
     assert tools.find_tools("nvdisasm") == []
     assert tools.find_tools("cuobjdump") == [made[1]]
+
+
+def test_worker_batches_keep_every_group_once_and_cubin_folders_apart(tmp_path, unpack_snapshot):
+    """On a cache mixing real AMD and NVIDIA snapshots: every group is in exactly one batch, in order within
+    its kind; with SASS, folders with a cubin come last in batches of their own (no larger than
+    SASS_BATCH_MAX_FOLDERS, at least two a worker where there are enough); without SASS, no batch is
+    larger than BATCH_FOLDERS kernel folders."""
+    import shutil
+
+    from kdb.ingest.walker import walk_cache
+    from kdb.ingest.worker import BATCH_FOLDERS, SASS_BATCH_MAX_FOLDERS, batches, groups_of
+
+    mixed = tmp_path / "mixed"
+    for name in ("t3.4.0-gfx942", "t3.4.0-sm90", "t3.6.0-sm90", "t3.6.0-gfx950", "t3.8.0-sm80"):
+        shutil.copytree(unpack_snapshot(name), mixed / name)
+    groups = groups_of(walk_cache(mixed).files)
+
+    def has_cubin(group):
+        return group[2] and any(f.kind == "cubin" for f in group[1])
+
+    cubin_folders = sum(map(has_cubin, groups))
+    assert 0 < cubin_folders < sum(g[2] for g in groups)
+    for workers in (1, 2, 16):
+        for sass in (True, False):
+            made = list(batches(groups, {}, workers, sass))
+            flat = [g for batch in made for g, _ in batch]
+            assert sorted(g[0] or "" for g in flat) == sorted(g[0] or "" for g in groups)
+            assert len(flat) == len(groups)
+            sizes = [sum(g[2] for g, _ in batch) for batch in made]
+            if not sass:
+                assert flat == groups and max(sizes) <= BATCH_FOLDERS
+                continue
+            kinds = [{has_cubin(g) for g, _ in batch} for batch in made]
+            assert all(len(k) == 1 for k in kinds)  # never mixed
+            first_cubin = next(i for i, k in enumerate(kinds) if True in k)
+            assert all(True in k for k in kinds[first_cubin:])  # cubin folders last
+            cubin_sizes = sizes[first_cubin:]
+            assert max(cubin_sizes) <= max(BATCH_FOLDERS, SASS_BATCH_MAX_FOLDERS)
+            assert len(cubin_sizes) >= min(2 * workers, -(-cubin_folders // BATCH_FOLDERS))
+            assert [g for g in flat if has_cubin(g)] == [g for g in groups if has_cubin(g)]

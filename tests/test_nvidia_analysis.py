@@ -445,6 +445,12 @@ def test_batched_sass_equals_per_cubin_nvdisasm(snapshot: str, snapshot_kernels,
     assert len(batched) == len(kernels) > 0
     for kernel, b, s in zip(kernels, batched, single, strict=True):
         assert b.counts is not None and b.counts == s, kernel.folder.name
+    # the same, one nvdisasm per chunk of code (a limit of the largest kernel: several kernels a chunk,
+    # several chunks an architecture)
+    monkeypatch.setattr(nvtools, "SASS_CHUNK_BYTES", max(len(code) for _, code in items))
+    per_arch = Counter(arch for arch, _ in items)
+    assert any(sum(len(code) for a, code in items if a == arch) > nvtools.SASS_CHUNK_BYTES for arch in per_arch)
+    assert [r.counts for r in nvtools.sass_of_code(items)] == [b.counts for b in batched]
 
 
 @needs_tools

@@ -3,7 +3,8 @@
 pyelftools parses every header and symbol through `construct`, building its parser objects anew for each
 file: ~5 ms per AMD code object, a quarter of a kernel's whole analysis in the profile of a first ingest
 (gfx942 mlp cache: 1.2 s of 3.7 s). The three fixed-size records below, read with `struct`, cost ~0.1 ms.
-Every figure derived from them is checked against llvm-readelf in the tests. Pure: bytes in, records out;
+The records equal pyelftools' on every corpus code object, and what kdb derives from them equals
+llvm-readelf's output (tests/test_amd_analysis.py). Pure: bytes in, records out;
 malformed input raises ParseError.
 """
 
@@ -24,6 +25,7 @@ SHT_NULL, SHT_SYMTAB, SHT_STRTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 0, 2, 3, 7,
 STT_OBJECT, STT_FUNC = 1, 2
 # st_shndx values that name no section (SHN_UNDEF, SHN_ABS, SHN_COMMON)
 NO_SECTION = frozenset({0, 0xFFF1, 0xFFF2})
+SHN_XINDEX = 0xFFFF
 MAX_SECTIONS = 4096
 
 
@@ -77,9 +79,12 @@ def sections(data: bytes, hdr: Header) -> list[Section]:
         return []
     if hdr.shentsize != _SHDR.size:
         raise ParseError(f"section header size {hdr.shentsize} is not {_SHDR.size}")
-    count = hdr.shnum
-    if count == 0:  # extended numbering: the count is section 0's sh_size
-        count = _SHDR.unpack_from(data, hdr.shoff)[5]
+    if hdr.shoff + _SHDR.size > len(data):
+        raise ParseError("section headers run past the end of the file")
+    first = _SHDR.unpack_from(data, hdr.shoff)
+    # extended numbering: the count is section 0's sh_size, the name table's index its sh_link
+    count = hdr.shnum or first[5]
+    names_index = first[6] if hdr.shstrndx == SHN_XINDEX else hdr.shstrndx
     if count > MAX_SECTIONS:
         raise ParseError(f"implausible section count {count}")
     if hdr.shoff + count * _SHDR.size > len(data):
@@ -89,10 +94,10 @@ def sections(data: bytes, hdr: Header) -> list[Section]:
         if kind not in (SHT_NULL, SHT_NOBITS) and offset + size > len(data):
             raise ParseError("a section extends past the end of the file")
     names = b""
-    if hdr.shstrndx >= count:
-        raise ParseError(f"section-name table {hdr.shstrndx} does not exist")
-    if hdr.shstrndx:
-        _, _, _, _, offset, size, *_ = raw[hdr.shstrndx]
+    if names_index >= count:
+        raise ParseError(f"section-name table {names_index} does not exist")
+    if names_index:
+        _, _, _, _, offset, size, *_ = raw[names_index]
         names = data[offset : offset + size]
     return [
         Section(_string(names, name), kind, addr, offset, size, link, entsize)

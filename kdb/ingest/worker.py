@@ -171,15 +171,19 @@ def _store_groups(
 
 
 def batches(
-    groups: list[Group], known: dict[str, frozenset[str]], workers: int = 1
+    groups: list[Group], known: dict[str, frozenset[str]], workers: int, sass: bool
 ) -> Iterator[list[tuple[Group, frozenset[str]]]]:
-    """Batches of groups: BATCH_FOLDERS kernel folders (or one big run of other files) at a time, then the
-    folders with a cubin in larger batches (at most SASS_BATCH_MAX_FOLDERS, at least two a worker)."""
+    """Batches of groups: BATCH_FOLDERS kernel folders (or one big run of other files) at a time; when SASS
+    is disassembled (SASS), the folders with a cubin come last, in larger batches of their own (at most
+    SASS_BATCH_MAX_FOLDERS, and at least two batches a worker)."""
+    if not sass:
+        yield from _batched(groups, known, BATCH_FOLDERS)
+        return
     other = [g for g in groups if not _has_cubin(g)]
-    sass = [g for g in groups if _has_cubin(g)]
+    cubins = [g for g in groups if _has_cubin(g)]
     yield from _batched(other, known, BATCH_FOLDERS)
-    per_batch = max(BATCH_FOLDERS, min(SASS_BATCH_MAX_FOLDERS, -(-len(sass) // (2 * workers))))
-    yield from _batched(sass, known, per_batch)
+    per_batch = max(BATCH_FOLDERS, min(SASS_BATCH_MAX_FOLDERS, -(-len(cubins) // (2 * workers))))
+    yield from _batched(cubins, known, per_batch)
 
 
 def _has_cubin(group: Group) -> bool:
@@ -273,7 +277,7 @@ def run_groups(
 ) -> Iterator[GroupResult]:
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
-        for batch in batches(groups, known, workers):
+        for batch in batches(groups, known, workers, options.sass):
             yield from _store_groups(str(store_root), batch, max_bytes, options)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
@@ -289,7 +293,7 @@ def run_groups(
         initargs=(os.getpid(),),
     ) as pool:
         pending: deque[Future[list[GroupResult]]] = deque()
-        for batch in batches(groups, known, workers):
+        for batch in batches(groups, known, workers, options.sass):
             pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options))
             if len(pending) >= window:
                 yield from pending.popleft().result()
