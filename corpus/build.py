@@ -61,6 +61,13 @@ SNAPSHOTS = {
     **{f"t{v}-gfx1201": (v, "hip", "gfx1201", 32) for v in ("3.5.1", "3.8.0", "3.9.0")},
     **{f"t{v}-sm90": (v, "cuda", 90, 32) for v in ("2.3.1", "3.2.0", "3.4.0", "3.6.0", "3.9.0")},
     **{f"t{v}-sm80": (v, "cuda", 80, 32) for v in ("2.3.1", "3.1.0", "3.6.0", "3.8.0")},
+    # GPUs past the first corpus (session 8): Blackwell datacenter and consumer, MI400-class, Strix Halo, MI100
+    **{f"t{v}-sm100": (v, "cuda", 100, 32) for v in ("3.8.0", "3.9.0")},
+    **{f"t{v}-sm120": (v, "cuda", 120, 32) for v in ("3.8.0", "3.9.0")},
+    **{f"t{v}-gfx1250": (v, "hip", "gfx1250", 32) for v in ("3.8.0", "3.9.0")},
+    **{f"t{v}-gfx1151": (v, "hip", "gfx1151", 32) for v in ("3.8.0", "3.9.0")},
+    **{f"t{v}-gfx908": (v, "hip", "gfx908", 64) for v in ("3.8.0", "3.9.0")},
+    **{f"t{v}-gfx1030": (v, "hip", "gfx1030", 32) for v in ("3.8.0",)},
 }
 
 
