@@ -23,6 +23,9 @@ class ExitCode(IntEnum):
     BUSY = 6
     # Anything else kdb could not do (I/O errors, a full disk).
     FAILURE = 7
+    # `kdb diff`: no --fail-on rule fired, but one met a figure kdb could not compute (an unknown GPU, a
+    # code object it could not read): the gate cannot pass on it. `--allow-unknown` turns this into 0.
+    UNKNOWN = 8
 
 
 class KdbError(Exception):
@@ -33,6 +36,10 @@ class KdbError(Exception):
 
 class UsageError(KdbError):
     exit_code = ExitCode.USAGE
+
+
+class SqlRefused(UsageError):
+    """A statement `kdb sql` will not run (anything but a read of the catalog); nothing was run."""
 
 
 class InputError(KdbError):

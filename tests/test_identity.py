@@ -10,7 +10,8 @@ import pytest
 from conftest import CORPUS, snapshot_names
 
 from kdb.errors import ParseError
-from kdb.triton.identity import kernel_identity, option_default, options_compatible, ttir_facts
+from kdb.triton.defaults import option_default
+from kdb.triton.identity import kernel_identity, options_compatible, ttir_facts
 from kdb.triton.kernel_json import parse_kernel_json
 
 

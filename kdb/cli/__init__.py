@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -351,10 +352,12 @@ def sql(
     On a terminal the table fits its width (wide cells elided, columns from the middle dropped) and shows
     40 rows, with a note of what was left out, like the DuckDB shell.
     """
+    from kdb.store.catalog.user_sql import UserSql
+
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
-    opener = _reader() if state.home.is_shared else Catalog.open_or_empty(state.home.catalog_path, wait_s=state.wait)
-    with opener as catalog:
-        columns, rows = catalog.query(query)
+    where = state.home.location if state.home.location is not None else state.home.catalog_path
+    with UserSql.open(where, wait_s=state.wait) as user_sql:
+        columns, rows = user_sql.run(query)
     if fmt != "table":
         _out(tables.render_rows(columns, rows, fmt))
         return
@@ -369,24 +372,34 @@ def shell(
         bool, typer.Option("--print", help="shared home: print the statements that attach the catalog, and exit")
     ] = False,
 ) -> None:
-    """Open the catalog in the DuckDB shell (`duckdb` on PATH), or print how to."""
-    if state.home.location is not None:
+    """Open the catalog in the DuckDB shell (`duckdb` on PATH), read-only, or print how to.
+
+    The shell cannot write any file or reach the network: the database is read-only, external access
+    off, extensions neither installed nor loaded on demand, the configuration locked, and its safe mode
+    refuses the dot commands that write files or run programs. To save a result, use
+    `kdb sql "SELECT …" --format csv > FILE`.
+    """
+    from kdb.store.catalog.user_sql import shell_args
+
+    location = state.home.location
+    if location is not None and print_sql:
         from kdb.store.catalog.lake import shell_sql
 
-        init = shell_sql(state.home.location.url, state.home.location.data_path)
-        exe = shutil.which("duckdb")
-        if print_sql or exe is None:
-            _out(init)
-            return
-        os.execv(exe, [exe, "-cmd", init.replace("\n", " ")])
-    path = state.home.catalog_path
-    if not path.exists():
-        raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
+        _out(shell_sql(location.url, location.data_path))
+        return
+    where = location if location is not None else state.home.catalog_path
+    if isinstance(where, Path) and not where.exists():
+        raise UsageError(f"no catalog at {where} yet: run `kdb ingest` first")
+    args = shell_args(where)
     exe = shutil.which("duckdb")
     if exe is None:
-        _out(f"the DuckDB shell is not installed (pip install duckdb-cli); then run: duckdb -readonly {path}\n")
+        _out(f"the DuckDB shell is not installed (pip install duckdb-cli); then run: {shlex.join(['duckdb', *args])}\n")
         return
-    os.execv(exe, [exe, "-readonly", str(path)])
+    sys.stderr.write(
+        'kdb shell: read-only, no files, no network; to save a result: kdb sql "SELECT …" --format csv > FILE\n'
+    )
+    sys.stderr.flush()
+    os.execv(exe, [exe, *args])
 
 
 def _reader() -> Catalog:
@@ -484,10 +497,18 @@ def diff_cmd(
     fmt: Annotated[
         str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json, markdown or csv")
     ] = "table",
+    allow_unknown: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unknown",
+            help="let --fail-on pass where a figure it reads is unknown (an unknown GPU, an unreadable code object)",
+        ),
+    ] = False,
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
-    Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted.
+    Exit 0: no --fail-on rule fired; 1: a rule fired; 2: bad usage, or a comparison that cannot be trusted;
+    8: no rule fired but one met a figure kdb could not compute (unknown; --allow-unknown passes it).
     On a terminal the table fits its width, is coloured (unless NO_COLOR is set) and goes through a pager
     ($KDB_PAGER, else $PAGER, else less) when longer than the screen.
     """
@@ -509,7 +530,13 @@ def diff_cmd(
     with ExitStack() as stack:
         sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
         result, views = diff_sides(
-            *sides, across_targets=across_targets, rules=rules, min_match=min_match, kernel=kernel, limit=limit
+            *sides,
+            across_targets=across_targets,
+            rules=rules,
+            min_match=min_match,
+            kernel=kernel,
+            limit=limit,
+            allow_unknown=allow_unknown,
         )
     if kernel is not None:
         matched = len(select(result, kernel))
@@ -521,6 +548,8 @@ def diff_cmd(
         raise UntrustedComparison(result.trust_problem)
     if result.fired:
         raise typer.Exit(ExitCode.FINDINGS)
+    if result.unknown_rules and not allow_unknown:
+        raise typer.Exit(ExitCode.UNKNOWN)
 
 
 def _warn(text: str) -> None:

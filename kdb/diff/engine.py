@@ -16,7 +16,7 @@ import functools
 import json
 from typing import Any
 
-from kdb.diff.matching import Pairing, match
+from kdb.diff.matching import Pairing, learn_defaults, match
 from kdb.diff.model import (
     DEFAULT_MIN_MATCH,
     METRICS,
@@ -28,7 +28,7 @@ from kdb.diff.model import (
     Rule,
     Status,
 )
-from kdb.diff.rules import classify, evaluate_rule, trust_problem
+from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
 from kdb.diff.winners import compare_winners
 from kdb.errors import UsageError
@@ -141,6 +141,9 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
     status, severity, reason = Status.SAME, 0.0, None
     if facts_differ or mix_mnemonics:
         status, severity, reason = classify(a, b)
+    unknown = unknown_figures_of(facts_a, facts_b)
+    if unknown:  # said first: a verdict over figures kdb could not compute is no verdict on them
+        reason = "; ".join(unknown) + (f"; {reason}" if reason else "")
     return KernelDiff(
         status,
         p.name,
@@ -152,6 +155,10 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
         severity=severity,
         reason=reason,
     )
+
+
+def unknown_figures_of(a: KernelFacts, b: KernelFacts) -> list[str]:
+    return unknown_figures(KernelDiff(Status.SAME, "", a=a, b=b))
 
 
 def _unpaired(p: Pairing) -> KernelDiff:
@@ -193,11 +200,13 @@ def compare(
     across_targets: bool = False,
     rules: list[Rule] | None = None,
     min_match: float = DEFAULT_MIN_MATCH,
+    allow_unknown: bool = False,
 ) -> tuple[DiffResult, dict[int, tuple[Row | None, Row | None]]]:
     """The result, and each KernelDiff's kernel rows (by id) for deep views."""
     rules = rules or []
     key = "identity_any_target" if across_targets else "identity"
-    pairings = match(sa.kernels, sb.kernels, key)
+    defaults = learn_defaults(sa.kernels, sb.kernels, key, sa.label, sb.label)
+    pairings = match(sa.kernels, sb.kernels, key, defaults)
     # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
     differ = [p for p in pairings if p.status is None and not _same_mix(p.a, p.b)]
     sa.load_mnemonics(p.a["cache_key"] for p in differ if p.a is not None)
@@ -205,12 +214,16 @@ def compare(
     kernels: list[KernelDiff] = []
     rows: dict[int, tuple[Row | None, Row | None]] = {}
     fired_set: set[str] = set()
+    unknown_set: set[str] = set()
     for p in pairings:
         kd = compare_pair(p, sa, sb) if p.status is None else _unpaired(p)
-        fired = tuple(r.text for r in rules if evaluate_rule(r, kd))
-        if fired:
-            kd = dataclasses.replace(kd, fired_rules=fired)
+        judged = [(r.text, judge_rule(r, kd)) for r in rules]
+        fired = tuple(text for text, verdict in judged if verdict is True)
+        unknown = tuple(text for text, verdict in judged if verdict is None)
+        if fired or unknown:
+            kd = dataclasses.replace(kd, fired_rules=fired, unknown_rules=unknown)
             fired_set.update(fired)
+            unknown_set.update(unknown)
         kernels.append(kd)
         rows[id(kd)] = (p.a, p.b)
     winners = compare_winners(sa, sb, rules)
@@ -230,8 +243,46 @@ def compare(
         _targets(sb.kernels),
         min_match=min_match,
         winners=winners,
+        unknown_rules=tuple(r.text for r in rules if r.text in unknown_set),
+        allow_unknown=allow_unknown,
+        assumptions=defaults.assumptions + missing_figure_lines(sa, sb),
     )
     return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
+
+
+# Figures whose absence is said in the assumption lines, per backend (what every kernel of it should have).
+EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
+    "hip": ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "vgpr_spill_count", "scratch_bytes"),
+    "cuda": ("occupancy", "registers", "local_bytes"),
+}
+
+
+def missing_figure_lines(sa: Side, sb: Side) -> tuple[str, ...]:
+    """One line per (side, target, figure) that some kernels lack: how many, and the recorded reason."""
+    lines = []
+    for label, side in (("A", sa), ("B", sb)):
+        missing: dict[tuple[str, str, str], list[str]] = {}
+        llvm_known = {r["cache_key"]: r.get("occupancy_llvm") is not None for r in side.kernels}
+        for row in side.kernels:
+            backend = row.get("backend") or ""
+            figures = EXPECTED_FIGURES.get(backend, ())
+            absent = [f for f in figures if row.get(f) is None]
+            if not absent:
+                continue
+            facts = KernelFacts.from_row(row)
+            target = f"{backend} {row.get('arch') or 'unknown target'}"
+            for figure in absent:
+                missing.setdefault((target, figure, facts.why_unknown(figure)), []).append(row["cache_key"])
+        for (target, figure, why), keys in sorted(missing.items()):
+            n = len(keys)
+            if figure == "occupancy" and all(llvm_known[k] for k in keys):
+                lines.append(
+                    f"{label} ({side.label}) {target}: launch occupancy unknown for {n} kernel{'s' * (n != 1)} "
+                    f"({why}); occupancy from LLVM's comment only"
+                )
+                continue
+            lines.append(f"{label} ({side.label}) {target}: {figure} unknown for {n} kernel{'s' * (n != 1)} ({why})")
+    return tuple(lines)
 
 
 def diff_sides(
@@ -243,11 +294,14 @@ def diff_sides(
     min_match: float = DEFAULT_MIN_MATCH,
     kernel: str | None = None,
     limit: int | None = None,
+    allow_unknown: bool = False,
 ) -> tuple[DiffResult, list[KernelDeepView]]:
     """Diff two loaded sides; with `kernel`, also the deep views of the first `limit` kernels it names
     (in report order: worst first)."""
     with without_cycle_collector():
-        result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
+        result, rows = compare(
+            sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
+        )
         views = deep_views(result, rows, sa, sb, kernel, limit) if kernel else []
     return result, views
 

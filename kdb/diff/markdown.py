@@ -7,7 +7,7 @@ Pure functions."""
 from __future__ import annotations
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
-from kdb.diff.terminal import HEADERS, TableOptions, kernel_key, row, rows_shown, summary_line
+from kdb.diff.terminal import HEADERS, TableOptions, kernel_key, row, rows_shown, rules_line, summary_line
 from kdb.diff.views import view_markdown
 from kdb.diff.winners import config_text, listed, resources_text, timing_text, winners_summary
 from kdb.render.tables import elide_end, elide_middle
@@ -124,6 +124,12 @@ def render_markdown(
     b.add(f"### kdb diff `{_esc(r.a_label)}` → `{_esc(r.b_label)}`\n\n{summary_line(r)}\n\n")
     if r.trust_problem:
         b.add(f"**untrusted:** {_esc(r.trust_problem)}\n\n")
+    for line in r.assumptions:
+        b.add(f"> **assumed:** {_esc(line)}\n>\n")
+    if r.assumptions:
+        b.add("\n")
+    if r.unknown_rules:
+        b.add(f"**unknown:** {_esc(rules_line(r))}\n\n")
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
     if not changed:

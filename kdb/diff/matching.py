@@ -16,6 +16,7 @@ from typing import Any
 
 from kdb.diff.model import Status
 from kdb.diff.sides import Row, row_document
+from kdb.triton.defaults import OptionDefaults
 from kdb.triton.identity import options_compatible
 
 STAGES: tuple[str, ...] = ("ttir", "ttgir", "llir", "isa")
@@ -68,11 +69,11 @@ def _same_file(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return _def_file(a) is not None and _def_file(a) == _def_file(b)
 
 
-def _compatible_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _compatible_options(a: dict[str, Any], b: dict[str, Any], ctx: OptionDefaults) -> bool:
     raw_a = a.get("identity_options")
     if isinstance(raw_a, str) and raw_a == b.get("identity_options"):
         return True  # the same options document, still undecoded: equal values, nothing to look up
-    return _compatible(a, b)[0]
+    return _compatible(a, b, ctx)[0]
 
 
 # Evidence for a pair, strongest first. Every pass implies `_compatible_options` (identity equal,
@@ -80,11 +81,14 @@ def _compatible_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
 # Identical code and the source file only break ties between candidates the identity cannot tell
 # apart: Inductor writes one kernel into several modules, and one cache can hold a kernel compiled by
 # two toolchains (same TTIR, another PTX version).
-PASSES: tuple[tuple[str, Callable[[dict[str, Any], dict[str, Any]], bool]], ...] = (
-    ("identical code", lambda x, y: _same_content(x, y) and _compatible_options(x, y)),
-    ("same options and source file", lambda x, y: _exact(x, y) and _same_file(x, y)),
-    ("same options", _exact),
-    ("options at release defaults, same source file", lambda x, y: _same_file(x, y) and _compatible_options(x, y)),
+PASSES: tuple[tuple[str, Callable[[dict[str, Any], dict[str, Any], OptionDefaults], bool]], ...] = (
+    ("identical code", lambda x, y, c: _same_content(x, y) and _compatible_options(x, y, c)),
+    ("same options and source file", lambda x, y, c: _exact(x, y) and _same_file(x, y)),
+    ("same options", lambda x, y, c: _exact(x, y)),
+    (
+        "options at release defaults, same source file",
+        lambda x, y, c: _same_file(x, y) and _compatible_options(x, y, c),
+    ),
     ("options at release defaults", _compatible_options),
 )
 
@@ -105,8 +109,20 @@ def _what_differs(candidates: list[dict[str, Any]]) -> str:
     return "they differ only in " + ", ".join(apart)
 
 
-def _compatible(a: dict[str, Any], b: dict[str, Any]) -> tuple[bool, list[str]]:
-    return options_compatible(_options(a), _options(b), a.get("triton_version"), b.get("triton_version"))
+def _compatible(a: dict[str, Any], b: dict[str, Any], ctx: OptionDefaults) -> tuple[bool, list[str]]:
+    return options_compatible(_options(a), _options(b), a.get("triton_version"), b.get("triton_version"), ctx)
+
+
+def learn_defaults(
+    a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str, a_label: str = "A", b_label: str = "B"
+) -> OptionDefaults:
+    """What each side's release applied to options nobody set, learned from both sides (kdb/triton/defaults.py)."""
+    return OptionDefaults.learn(
+        [(k.get(key), _options(k), k.get("triton_version")) for k in a_rows],
+        [(k.get(key), _options(k), k.get("triton_version")) for k in b_rows],
+        a_label,
+        b_label,
+    )
 
 
 def _pair_unique(cands: dict[int, set[int]]) -> list[tuple[int, int]]:
@@ -118,8 +134,13 @@ def _pair_unique(cands: dict[int, set[int]]) -> list[tuple[int, int]]:
     return [(i, next(iter(js))) for i, js in cands.items() if len(js) == 1 and len(reverse[next(iter(js))]) == 1]
 
 
-def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) -> list[Pairing]:
-    """Pair the kernels of A and B; return one Pairing per pair or unpaired kernel (facts not yet compared)."""
+def match(
+    a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str, ctx: OptionDefaults | None = None
+) -> list[Pairing]:
+    """Pair the kernels of A and B; return one Pairing per pair or unpaired kernel (facts not yet compared).
+    `ctx`: the defaults learned from both sides (`learn_defaults`), learned here when not given."""
+    if ctx is None:
+        ctx = learn_defaults(a_rows, b_rows, key)
     out: list[Pairing] = []
     groups: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
     for k in a_rows:
@@ -133,7 +154,7 @@ def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) 
         else:
             groups.setdefault(k[key], ([], []))[1].append(k)
     for ga, gb in groups.values():
-        if len(ga) == 1 and len(gb) == 1 and _compatible_options(ga[0], gb[0]):
+        if len(ga) == 1 and len(gb) == 1 and _compatible_options(ga[0], gb[0], ctx):
             # The common group: one kernel a side. Every pass implies the last one, so the passes pair
             # these two exactly when the last one holds; no need to run the other four.
             out.append(Pairing(None, ga[0]["name"], a=ga[0], b=gb[0]))
@@ -142,7 +163,7 @@ def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) 
         for _evidence, test in PASSES:
             free_a = [i for i in range(len(ga)) if i not in paired_a]
             free_b = [j for j in range(len(gb)) if j not in paired_a.values()]
-            cands = {i: {j for j in free_b if test(ga[i], gb[j])} for i in free_a}
+            cands = {i: {j for j in free_b if test(ga[i], gb[j], ctx)} for i in free_a}
             for i, j in _pair_unique(cands):
                 paired_a[i] = j
         taken_b = set(paired_a.values())
@@ -151,18 +172,18 @@ def match(a_rows: list[dict[str, Any]], b_rows: list[dict[str, Any]], key: str) 
         for i, k in enumerate(ga):
             if i in paired_a:
                 continue
-            compat = [j for j in range(len(gb)) if _compatible(k, gb[j])[0]]
-            out.append(_unpaired("a", k, gb, compat, taken_b))
+            compat = [j for j in range(len(gb)) if _compatible(k, gb[j], ctx)[0]]
+            out.append(_unpaired("a", k, gb, compat, taken_b, ctx))
         for j, k in enumerate(gb):
             if j in taken_b:
                 continue
-            compat = [i for i in range(len(ga)) if _compatible(ga[i], k)[0]]
-            out.append(_unpaired("b", k, ga, compat, set(paired_a)))
+            compat = [i for i in range(len(ga)) if _compatible(ga[i], k, ctx)[0]]
+            out.append(_unpaired("b", k, ga, compat, set(paired_a), ctx))
     return out
 
 
 def _unpaired(
-    side: str, k: dict[str, Any], others: list[dict[str, Any]], compat: list[int], taken: set[int]
+    side: str, k: dict[str, Any], others: list[dict[str, Any]], compat: list[int], taken: set[int], ctx: OptionDefaults
 ) -> Pairing:
     other = "B" if side == "a" else "A"
     row_a, row_b = (k, None) if side == "a" else (None, k)
@@ -179,7 +200,9 @@ def _unpaired(
             )
         return Pairing(Status.AMBIGUOUS, k["name"], a=row_a, b=row_b, reason=reason, candidates=tuple(keys))
     if others:
-        diffs = sorted({d for o in others for d in (_compatible(k, o)[1] if side == "a" else _compatible(o, k)[1])})
+        diffs = sorted(
+            {d for o in others for d in (_compatible(k, o, ctx)[1] if side == "a" else _compatible(o, k, ctx)[1])}
+        )
         reason = f"same identity as {len(others)} kernel(s) in {other}, options differ: {', '.join(diffs)}"
     else:
         reason = f"no kernel with this identity in {other}"

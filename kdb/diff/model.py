@@ -29,6 +29,25 @@ METRICS: tuple[str, ...] = (
     "instr_count",
 )
 LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
+# The analysis stages (`analysis_problems.stage`) whose failure leaves each figure unknown, most specific first.
+UNKNOWN_STAGES: dict[str, tuple[str, ...]] = {
+    "occupancy": ("occupancy", "hsaco", "cubin", "json"),
+    "occupancy_llvm": ("occupancy", "amdgcn", "hsaco"),
+    **{
+        c: ("hsaco", "cubin", "json")
+        for c in (
+            "vgpr_count",
+            "agpr_count",
+            "sgpr_count",
+            "vgpr_spill_count",
+            "sgpr_spill_count",
+            "scratch_bytes",
+            "registers",
+            "stack_bytes",
+            "local_bytes",
+        )
+    },
+}
 FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS
 
 
@@ -116,9 +135,19 @@ class KernelFacts:
     target: str  # backend:arch:warp_size
     identity: str | None
     values: Mapping[str, Any]  # FACT_COLUMNS -> value (None where not recorded)
+    problems: str | None = None  # what the analysis could not read or compute ('stage: reason | …')
 
     def get(self, column: str) -> Any:
         return self.values.get(column)
+
+    def why_unknown(self, column: str) -> str:
+        """The recorded reason a figure is missing: the analysis problem of the stage that computes it."""
+        stages = UNKNOWN_STAGES.get(column, ())
+        for problem in (self.problems or "").split(" | "):
+            stage, _, reason = problem.partition(": ")
+            if stage in stages and reason:
+                return reason
+        return "not recorded by the analysis"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> KernelFacts:
@@ -129,6 +158,7 @@ class KernelFacts:
             target=f"{row.get('backend')}:{row.get('arch')}:{row.get('warp_size')}",
             identity=row.get("identity"),
             values={c: row.get(c) for c in FACT_COLUMNS},
+            problems=row.get("problems"),
         )
 
 
@@ -167,6 +197,8 @@ class KernelDiff:
     first_changed_stage: str | None = None
     severity: float = 0.0
     fired_rules: tuple[str, ...] = ()
+    # --fail-on rules this kernel could not be judged by: a figure they read is unknown on a side
+    unknown_rules: tuple[str, ...] = ()
 
     # The metric and limiter tables follow from the two sides' facts, so they are derived when a renderer
     # asks, not built for every pair: most of a 10k-kernel diff's pairs are never shown.
@@ -262,6 +294,11 @@ class DiffResult:
     trust_problem: str | None = None
     min_match: float = DEFAULT_MIN_MATCH
     winners: tuple[WinnerDiff, ...] = ()
+    # Rules that met a figure kdb could not compute on some kernel (the CLI exits 8 unless --allow-unknown)
+    unknown_rules: tuple[str, ...] = ()
+    allow_unknown: bool = False
+    # One line per thing kdb had to assume: an unknown release or target, figures it could not compute
+    assumptions: tuple[str, ...] = ()
 
     def winner_count(self, status: str) -> int:
         return sum(1 for w in self.winners if w.status == status)

@@ -9,7 +9,7 @@ from typing import Any
 
 from kdb.diff.markdown import render_markdown
 from kdb.diff.model import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff, KernelFacts, Winner, WinnerDiff
-from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, render_table, summary_line
+from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, assumption_text, render_table, summary_line
 from kdb.diff.views import view_text
 from kdb.render.tables import table_csv, to_json
 
@@ -36,6 +36,7 @@ def kernel_document(k: KernelDiff) -> dict[str, Any]:
         "mix_mnemonics": k.mix_mnemonics,
         "first_changed_stage": k.first_changed_stage,
         "fired_rules": k.fired_rules,
+        "unknown_rules": k.unknown_rules,
     }
 
 
@@ -52,6 +53,9 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
         "trust_problem": r.trust_problem,
         "rules": [x.text for x in r.rules],
         "fired_rules": r.fired,
+        "unknown_rules": r.unknown_rules,
+        "allow_unknown": r.allow_unknown,
+        "assumptions": r.assumptions,
         "kernels": [kernel_document(k) for k in r.kernels],
         "winners": [winner_document(w) for w in r.winners],
     }
@@ -170,7 +174,9 @@ def render_csv(r: DiffResult) -> str:
             v = k.limiters.get(m) or {"a": _fact(k.a, m), "b": _fact(k.b, m)}
             row += [v["a"], v["b"]]
         rows.append(row)
-    return table_csv(columns, rows)
+    # What kdb assumed, as comment lines before the header (pandas: comment="#"; DuckDB: skip=N)
+    head = "".join(f"# kdb assumed: {line}\n" for line in r.assumptions)
+    return head + table_csv(columns, rows)
 
 
 def render_views(views: list[KernelDeepView], width: int = DEFAULT_WIDTH) -> str:
@@ -191,5 +197,5 @@ def render_diff(
         return render_markdown(r, views, top=opts.top)
     if views:
         head = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
-        return head + summary_line(r) + "\n" + render_views(views, opts.width)
+        return head + summary_line(r) + "\n" + assumption_text(r) + render_views(views, opts.width)
     return render_table(r, opts)

@@ -104,6 +104,18 @@ def evaluate_winner_rule(rule: Rule, wd: WinnerDiff) -> bool:
 
 
 def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
+    """Whether the rule fires on the kernel (an undecidable rule does not: `judge_rule` says so)."""
+    return judge_rule(rule, kd) is True
+
+
+# Figures each rule reads, per backend (a column another vendor never has is not "unknown" there).
+SCRATCH_FIGURES = {"hip": ("scratch_bytes",), "cuda": ("stack_bytes", "local_bytes")}
+REGISTER_BACKENDS = {"vgpr": ("hip",), "sgpr": ("hip",), "agpr": ("hip",), "registers": ("hip", "cuda")}
+
+
+def judge_rule(rule: Rule, kd: KernelDiff) -> bool | None:
+    """True: the rule fires; False: it does not; None: it cannot be decided, because a figure it reads is
+    unknown on a side (fail closed: the CLI reports the rule as `unknown`)."""
     if rule.kind in WINNER_RULES:  # judged on the autotune winners (evaluate_winner_rule)
         return False
     if rule.kind == "unmatched":
@@ -113,22 +125,81 @@ def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
     if not kd.status.paired or kd.a is None or kd.b is None:
         return False
     a, b = kd.a, kd.b
-    if rule.kind == "occupancy-drop":
-        return _grew(b, a, ("occupancy", "occupancy_llvm"))
-    if rule.kind == "new-spills":
-        sa, sb = spills(a), spills(b)
-        if sa is not None and sb is not None and sb > sa:
-            return True
-        return a.backend == "cuda" and (b.get("local_bytes") or 0) > (a.get("local_bytes") or 0)
-    if rule.kind == "scratch-increase":
-        return _grew(a, b, ("scratch_bytes", "stack_bytes", "local_bytes"))
+    backend = a.backend or b.backend or ""
+    if rule.kind in _FACT_RULES:
+        return _FACT_RULES[rule.kind](a, b, backend)
     col = REGISTER_COLUMN[rule.kind]
+    if backend not in REGISTER_BACKENDS[rule.kind]:
+        return False  # an AMD register file on an NVIDIA kernel: the rule does not apply
     va, vb = a.get(col), b.get(col)
     if va is None or vb is None:
-        return False
+        if rule.kind == "agpr" and va is None and vb is None:
+            return False  # a target without AGPRs on both sides
+        return None
     if rule.percent:
         return va > 0 and (vb - va) * 100.0 / va >= rule.threshold or (va == 0 and vb > 0)
     return bool(vb - va >= rule.threshold)
+
+
+def _occupancy_drop(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
+    columns = ("occupancy", "occupancy_llvm") if backend == "hip" else ("occupancy",)
+    if _grew(b, a, columns):
+        return True
+    return False if any(_both(a, b, c) for c in columns) else None
+
+
+def _new_spills(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
+    if backend == "hip":
+        sa, sb = spills(a), spills(b)
+        return None if sa is None or sb is None else sb > sa
+    if _grew(a, b, ("local_bytes",)):
+        return True
+    return False if _both(a, b, "local_bytes") else None
+
+
+def _scratch_increase(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
+    figures = SCRATCH_FIGURES.get(backend, ())
+    if _grew(a, b, figures):
+        return True
+    return False if figures and all(_both(a, b, c) for c in figures) else None
+
+
+_FACT_RULES = {
+    "occupancy-drop": _occupancy_drop,
+    "new-spills": _new_spills,
+    "scratch-increase": _scratch_increase,
+}
+
+
+def _both(a: KernelFacts, b: KernelFacts, column: str) -> bool:
+    return a.get(column) is not None and b.get(column) is not None
+
+
+def unknown_figures(kd: KernelDiff) -> list[str]:
+    """'occupancy unknown in B: <why>' for each figure a paired kernel has on one side and not the other."""
+    if kd.a is None or kd.b is None:
+        return []
+    out = []
+    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILLISH):
+        va, vb = kd.a.get(column), kd.b.get(column)
+        if (va is None) == (vb is None):
+            continue
+        side, facts = ("A", kd.a) if va is None else ("B", kd.b)
+        out.append(f"{_LABEL.get(column, column)} unknown in {side}: {facts.why_unknown(column)}")
+    return out
+
+
+_SPILLISH = ("vgpr_spill_count", "scratch_bytes", "local_bytes", "stack_bytes")
+_LABEL = {
+    "occupancy": "occupancy",
+    "occupancy_llvm": "LLVM's occupancy",
+    "vgpr_count": "VGPRs",
+    "sgpr_count": "SGPRs",
+    "vgpr_spill_count": "VGPR spills",
+    "scratch_bytes": "scratch",
+    "local_bytes": "local memory",
+    "stack_bytes": "stack",
+}
 
 
 def trust_problem(r: DiffResult) -> str | None:

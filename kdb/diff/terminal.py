@@ -49,6 +49,24 @@ def summary_line(r: DiffResult) -> str:
     )
 
 
+def assumption_text(r: DiffResult, color: bool = False) -> str:
+    """One line per thing kdb assumed (an unknown release or target, figures it could not compute)."""
+    return "".join(paint(f"assumed: {line}", "yellow", color) + "\n" for line in r.assumptions)
+
+
+def rules_line(r: DiffResult) -> str:
+    """The --fail-on rules, those that fired, and those that met an unknown figure (and what that does)."""
+    text = f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}"
+    if r.unknown_rules:
+        n = sum(1 for k in r.kernels if k.unknown_rules)
+        outcome = "not gating: --allow-unknown" if r.allow_unknown else "exit 8 unless --allow-unknown"
+        text += (
+            f"; unknown: {', '.join(r.unknown_rules)} on {n} kernel{'s' * (n != 1)} "
+            f"(a figure they read could not be computed: {outcome})"
+        )
+    return text
+
+
 def kernel_key(k: KernelDiff) -> str:
     return short_key(k.a_cache_key or k.b_cache_key)
 
@@ -124,7 +142,7 @@ def row(k: KernelDiff) -> list[str]:
         _pair(k, "local_bytes" if cuda else "scratch_bytes"),
         occupancy_cell(k),
         k.first_changed_stage or "",
-        (k.reason or "") if k.status.changed or k.status is Status.AMBIGUOUS else "",
+        (k.reason or "") if k.status is not Status.SAME else "",
     ]
 
 
@@ -177,6 +195,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
     out += summary_line(r) + "\n"
+    out += assumption_text(r, opts.color)
     if r.fired:
         out += "\n" + _fired_section(r, opts)
     shown, cut = rows_shown(r, opts)
@@ -213,7 +232,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     if r.winners:
         out += "\n" + winners_section(r.winners, opts.width)
     if r.rules:
-        out += f"fail-on: {', '.join(x.text for x in r.rules)}; fired: {', '.join(r.fired) or 'none'}\n"
+        out += rules_line(r) + "\n"
     if r.trust_problem:
         out += paint(f"untrusted: {r.trust_problem}", "red", opts.color) + "\n"
     return out

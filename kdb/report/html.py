@@ -240,7 +240,7 @@ def _page(
 <html lang="en"><head><meta charset="utf-8"><meta name="generator" content="kdb report">
 <title>{html.escape(title)}</title><style>{STYLE}</style>
 <script>{get_plotlyjs()}</script></head>
-<body><h1>{html.escape(title)}</h1><p id="summary">{html.escape(subtitle)}</p>
+<body><h1>{html.escape(title)}</h1><p id="summary" style="white-space:pre-line">{html.escape(subtitle)}</p>
 <div class="grid">{divs}</div>
 <h2>Kernels</h2><p><input id="filter" placeholder="filter by name, key or reason" size="40">
 <select id="status"><option value="">every status</option>{options}</select> <span id="count"></span>
@@ -277,6 +277,7 @@ def diff_report(
     }
     title = f"kdb diff {r.a_label} → {r.b_label}"
     subtitle = summary_line(r) + (f"; fired: {', '.join(r.fired)}" if r.fired else "")
+    subtitle += "".join(f"\nassumed: {line}" for line in r.assumptions)
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
     return _page(title, subtitle, list(figs), HEADERS, payload, extra)

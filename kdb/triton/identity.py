@@ -23,26 +23,28 @@ Paths, SSA value names and argument names never enter the key. Pure functions, n
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
-from importlib import resources
 from typing import Any
 
 from kdb.errors import ParseError
+from kdb.triton.defaults import (
+    ABSENT,
+    RELEASE_DEFAULTS,
+    UNKNOWN,
+    Group,
+    OptionDefaults,
+    group_of,
+    table_or_inferred_default,
+)
 from kdb.triton.kernel_json import KernelMeta
 from kdb.triton.mlir_text import matching_paren, split_top
 
 IDENTITY_VERSION = 2
 
 # -- options compared by release default ----------------------------------------------------------
-# Each release's defaults, as its own backend's `parse_options({})` applies them (scripts/release_defaults.py
-# wrote this file from the PyPI wheels): release -> backend -> arch (gfx942, 90, ...) -> option -> value.
-RELEASE_DEFAULTS: dict[str, dict[str, dict[str, dict[str, Any]]]] = json.loads(
-    resources.files("kdb.triton").joinpath("release_defaults.json").read_text()
-)
-
+# Each release's defaults (kdb/triton/defaults.py: the table, and what a diff learns from its snapshots).
 # Fields of the options dataclasses that a release derives from the target, the machine or the install
 # (paths), not from what the kernel asked for; num_warps/num_ctas are part of the hashed identity instead.
 NOT_COMPARED = frozenset(
@@ -81,67 +83,21 @@ def _compared_options() -> dict[str, tuple[str, ...]]:
 TUNING_OPTIONS: dict[str, tuple[str, ...]] = _compared_options()
 
 
-@functools.lru_cache(maxsize=1024)
-def _version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """'3.4.0' -> (3, 4); a release family such as '3.0-3.1' -> its newest member (3, 1)."""
-    if not version:
-        return None
-    found = re.findall(r"(\d+)\.(\d+)", version)
-    return (int(found[-1][0]), int(found[-1][1])) if found else None
-
-
-_KNOWN_RELEASES = sorted(RELEASE_DEFAULTS, key=lambda v: tuple(int(x) for x in v.split(".")))
-
-
-@functools.lru_cache(maxsize=1024)  # a pure function of three strings, asked for every pair a diff compares
-def release_defaults(backend: str | None, arch: str | None, triton_version: str | None) -> dict[str, Any] | None:
-    """The options `triton_version` applies by default for `backend`, or None when kdb cannot tell.
-
-    A release newer than the table inherits the newest known release's defaults (options it adds are
-    then compared as plain values); a release older than every known one is unknown.
-    """
-    wanted = _version_tuple(triton_version)
-    if wanted is None or backend is None:
-        return None
-    release = None
-    for known in _KNOWN_RELEASES:
-        if (_version_tuple(known) or ()) <= wanted:
-            release = known
-    if release is None:
-        return None
-    arches = RELEASE_DEFAULTS[release].get(backend)
-    if not arches:
-        return None
-    key = (arch or "").removeprefix("sm")
-    values = arches.get(key) or next(iter(arches.values()))
-    return None if "__error__" in values else values
-
-
-def option_default(backend: str | None, option: str, triton_version: str | None, arch: str | None = None) -> Any:
-    """The value a release applies to `option` when the user asks for nothing; `_UNKNOWN` when kdb cannot tell."""
-    defaults = release_defaults(backend, arch, triton_version)
-    if defaults is None or option not in defaults:
-        return _UNKNOWN
-    return defaults[option]
-
-
-class _Unknown:
-    def __repr__(self) -> str:
-        return "<unknown default>"
-
-
-_UNKNOWN = _Unknown()
-
-
 def options_compatible(
-    a: dict[str, Any], b: dict[str, Any], version_a: str | None = None, version_b: str | None = None
+    a: dict[str, Any],
+    b: dict[str, Any],
+    version_a: str | None = None,
+    version_b: str | None = None,
+    context: OptionDefaults | None = None,
 ) -> tuple[bool, list[str]]:
     """Compare two `parts["options"]` dicts: every option equal, or each side at its own release's default.
 
     An option the other release does not have counts as "at its default" there. `version_a`/`version_b`
     stand in for a JSON without `triton_version` (before 3.3): the release family inferred from the
-    folder name, e.g. '3.0-3.1'. Returns (compatible, names of options that differ and are not both at
-    their defaults).
+    folder name, e.g. '3.0-3.1'. `context` holds what a diff learned from both snapshots
+    (kdb/triton/defaults.py): defaults of releases and targets the table lacks, and options that one
+    value covers on every kernel of each side (a release change, not a specialization). Returns
+    (compatible, names of options that differ and are not both at their defaults).
     """
     backend_a, backend_b = a.get("backend"), b.get("backend")
     vals_a, vals_b = a.get("values") or {}, b.get("values") or {}
@@ -149,30 +105,35 @@ def options_compatible(
     keys = set(vals_a) | set(vals_b)
     if backend_a != backend_b:  # --across-targets between backends: only the options both backends have
         keys &= set(TUNING_OPTIONS.get(backend_a or "", ())) & set(TUNING_OPTIONS.get(backend_b or "", ()))
-    defaults: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None  # looked up once a value differs
+    group_a, group_b = group_of(a, version_a), group_of(b, version_b)
     for key in sorted(keys):
         va, vb = vals_a.get(key), vals_b.get(key)
         if va == vb:
             continue
-        if defaults is None:
-            defaults = (
-                release_defaults(backend_a, a.get("arch"), a.get("triton_version") or version_a),
-                release_defaults(backend_b, b.get("arch"), b.get("triton_version") or version_b),
-            )
-        if _at_default(defaults[0], key, vals_a) and _at_default(defaults[1], key, vals_b):
+        if context is not None and context.release_change(group_a, group_b, key, va, vb):
+            continue
+        if _at_default(_default(context, "a", group_a, key), va) and _at_default(
+            _default(context, "b", group_b, key), vb
+        ):
             continue
         differing.append(key)
     return (not differing, differing)
 
 
-def _at_default(defaults: dict[str, Any] | None, key: str, values: dict[str, Any]) -> bool:
-    if values.get(key) is None:  # not recorded, or recorded as "not set" (3.0/3.1 write debug: null)
+def _default(context: OptionDefaults | None, side: str, group: Group, key: str) -> Any:
+    if context is None:
+        return table_or_inferred_default(group, key)
+    return context.side_default(side, group, key)
+
+
+def _at_default(default: Any, value: Any) -> bool:
+    if value is None:  # not recorded, or recorded as "not set" (3.0/3.1 write debug: null)
         return True
-    if defaults is None:  # a release kdb knows nothing about: only equal values are compatible
+    if default is ABSENT:  # the release has no such option: it compiles as if at its default
+        return True
+    if default is UNKNOWN:  # a release or target kdb knows nothing about: only equal values are compatible
         return False
-    if key not in defaults:  # the release has no such option: it compiles as if at its default
-        return True
-    return bool(values[key] == defaults[key])
+    return bool(value == default)
 
 
 # -- TTIR scanning ----------------------------------------------------------------------------------

@@ -20,13 +20,19 @@ class DiffQueries(CatalogConnection):
                    CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
                    a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
-                   a.instr_mix_digest, a.instr_groups
+                   a.instr_mix_digest, a.instr_groups, p.problems
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
             LEFT JOIN kernel_analysis a USING (folder_digest)
+            LEFT JOIN (
+                SELECT folder_digest, string_agg(stage || ': ' || reason, ' | ' ORDER BY stage, reason) AS problems
+                FROM analysis_problems
+                WHERE folder_digest IN (SELECT folder_digest FROM snapshot_folders WHERE snapshot_id = ?)
+                GROUP BY folder_digest
+            ) p USING (folder_digest)
             WHERE k.snapshot_id = ?
             """,
-            [sid],
+            [sid, sid],
         )
 
     def autotune_configs(self, tag: str) -> list[dict[str, Any]]:
