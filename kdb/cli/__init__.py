@@ -374,23 +374,30 @@ def shell(
 ) -> None:
     """Open the catalog in the DuckDB shell (`duckdb` on PATH), read-only, or print how to.
 
-    The shell cannot write any file or reach the network: the database is read-only, external access
-    off, extensions neither installed nor loaded on demand, the configuration locked, and its safe mode
-    refuses the dot commands that write files or run programs. To save a result, use
-    `kdb sql "SELECT …" --format csv > FILE`.
+    The shell cannot write a file or reach the network: the database is read-only, external access off,
+    extensions neither installed nor loaded on demand, the configuration locked, and its safe mode refuses
+    the dot commands that write files or run programs. To save a result:
+    `kdb sql "SELECT …" --format csv > FILE`. A shared catalog is read with `kdb sql` (`--print` gives the
+    statements that attach it in a DuckDB of your own, without these protections).
     """
     from kdb.store.catalog.user_sql import shell_args
 
     location = state.home.location
-    if location is not None and print_sql:
+    if location is not None:
         from kdb.store.catalog.lake import shell_sql
 
+        if not print_sql:
+            raise UsageError(
+                "kdb shell opens only a local catalog read-only: DuckDB cannot read a shared catalog's Parquet "
+                "files without being able to overwrite them; query it with `kdb sql`, or attach it in your own "
+                "DuckDB with the statements of `kdb shell --print`"
+            )
         _out(shell_sql(location.url, location.data_path))
         return
-    where = location if location is not None else state.home.catalog_path
-    if isinstance(where, Path) and not where.exists():
-        raise UsageError(f"no catalog at {where} yet: run `kdb ingest` first")
-    args = shell_args(where)
+    path = state.home.catalog_path
+    if not path.exists():
+        raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
+    args = shell_args(path)
     exe = shutil.which("duckdb")
     if exe is None:
         _out(f"the DuckDB shell is not installed (pip install duckdb-cli); then run: {shlex.join(['duckdb', *args])}\n")

@@ -7,9 +7,10 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -26,9 +27,12 @@ def _string_keys(value: Any) -> Any:
 
 
 def _json_default(value: Any) -> Any:
-    """What JSON has no type for: dates as ISO 8601 text, decimals as floats, bytes as hex."""
-    if isinstance(value, (datetime, date)):
+    """What JSON has no type for: dates and times as ISO 8601 text, decimals as floats, bytes as hex,
+    durations and UUIDs as text (as tables show them)."""
+    if isinstance(value, (datetime, date, time)):
         return value.isoformat()
+    if isinstance(value, (timedelta, UUID)):
+        return str(value)
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, bytes):
@@ -61,8 +65,8 @@ def _cell(value: Any) -> str:
         return ", ".join(_cell(v) for v in value)
     if isinstance(value, dict):
         return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, datetime):  # to the second; with its UTC offset when it has one
+        return value.isoformat(sep=" ", timespec="seconds")
     return str(value)
 
 

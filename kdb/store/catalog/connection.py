@@ -72,6 +72,24 @@ def _is_lock_conflict(exc: Exception) -> bool:
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
+def connect_file(
+    path: Path, *, read_only: bool, wait_s: float, config: dict[str, str | bool | int | float | list[str]] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to the catalog file, retrying while another process holds it (up to wait_s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only, config=config or {})
+        except duckdb.IOException as exc:
+            if not _is_lock_conflict(exc):
+                raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+            if time.monotonic() >= deadline:
+                raise CatalogBusy(f"catalog busy: {path} is held by another process (waited {wait_s:g} s)") from None
+            time.sleep(BUSY_POLL_S)
+        except duckdb.Error as exc:
+            raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+
+
 @dataclass
 class Table:
     """Rows for one table, column-wise, ready for a single bulk insert."""
@@ -168,40 +186,13 @@ class CatalogConnection:
             if read_only:
                 raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
             cls._create(path)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                con = duckdb.connect(str(path), read_only=read_only)
-                break
-            except duckdb.IOException as exc:
-                if not _is_lock_conflict(exc):
-                    raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
-                if time.monotonic() >= deadline:
-                    raise CatalogBusy(
-                        f"catalog busy: {path} is held by another process (waited {wait_s:g} s)"
-                    ) from None
-                time.sleep(BUSY_POLL_S)
-            except duckdb.Error as exc:
-                raise KdbError(f"cannot open catalog {path}: {str(exc).splitlines()[0]}") from None
+        con = connect_file(path, read_only=read_only, wait_s=wait_s)
         catalog = cls(con, path, read_only)
         if not read_only:
             catalog.migrate()
         else:
             catalog._check_migrated()
         return catalog
-
-    @classmethod
-    @contextmanager
-    def open_or_empty(cls, path: Path, *, wait_s: float = 10.0) -> Iterator[Self]:
-        """The catalog read-only, or where there is none yet an empty one of the same schema (queries answer empty)."""
-        if path.exists():
-            with cls.open(path, read_only=True, wait_s=wait_s) as catalog:
-                yield catalog
-            return
-        with tempfile.TemporaryDirectory(prefix="kdb-empty-") as tmp:
-            cls.open(Path(tmp) / "catalog.duckdb").close()
-            with cls.open(Path(tmp) / "catalog.duckdb", read_only=True) as catalog:
-                yield catalog
 
     @classmethod
     def _open_shared(cls, where: SharedLocation, read_only: bool) -> Self:
@@ -376,13 +367,3 @@ class CatalogConnection:
     def _folder_tables(self) -> list[str]:
         """Tables keyed by folder content (everything with a folder_digest column except the folder sets)."""
         return self._tables_with("folder_digest", "folder_sets")
-
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run a user's SQL (the user's own text by design: `kdb sql`), on a read-only connection."""
-        try:
-            cur = self.con.execute(sql)
-        except duckdb.Error as exc:
-            raise UsageError(f"SQL error: {str(exc).splitlines()[0]}") from None
-        if cur.description is None:
-            return [], []
-        return [d[0] for d in cur.description], cur.fetchall()
