@@ -40,9 +40,7 @@ def _hip_snapshots() -> list[str]:
 
 HIP_SNAPSHOTS = _hip_snapshots()
 needs_corpus = pytest.mark.skipif(not HIP_SNAPSHOTS, reason="corpus/manifest.json with AMD snapshots not built")
-needs_llvm = pytest.mark.skipif(
-    not Path(READELF).exists() or not Path(OBJDUMP).exists(), reason="LLVM 22 tools missing (apt install llvm-22)"
-)
+needs_llvm = pytest.mark.llvm  # skipped with the apt line when LLVM 22 is missing (tests/conftest.py)
 per_snapshot = pytest.mark.parametrize("snapshot", HIP_SNAPSHOTS or ["<no corpus>"])
 
 

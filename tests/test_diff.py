@@ -127,7 +127,7 @@ def amd_pair() -> tuple[str, str, bool]:
     pytest.skip("no AMD pair in the manifest")
 
 
-@pytest.mark.skipif(not READELF.exists(), reason="llvm-readelf 22 is not installed")
+@pytest.mark.llvm
 def test_figures_equal_catalog_and_hsaco_notes(corpus_home, unpack_snapshot, capsys):
     a, b, across = amd_pair()
     _, doc = diff_json(capsys, corpus_home, a, b, *(["--across-targets"] if across else []))

@@ -4,11 +4,11 @@ Only kdb.errors.ParseError may escape."""
 from __future__ import annotations
 
 import contextlib
-import tempfile
-from pathlib import Path
+import functools
 
 import pytest
-from conftest import CORPUS, load_manifest, unpack_archive
+from conftest import CORPUS, load_manifest
+from corpus_cache import unpacked
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,26 +18,27 @@ from kdb.errors import ParseError
 from kdb.triton.ttgir import parse_ttgir
 
 
-def _seed_files() -> dict[str, list[bytes]]:
-    """The smallest .hsaco/.amdgcn/.ttgir of each AMD snapshot (v4 and v5 code objects, both IR prefixes)."""
-    seeds: dict[str, list[bytes]] = {"hsaco": [], "amdgcn": [], "ttgir": []}
+def _hip_archives() -> list[str]:
     if not (CORPUS / "manifest.json").exists():
-        return seeds
-    snapshots = load_manifest()["snapshots"]
-    with tempfile.TemporaryDirectory(prefix="kdb-fuzz-") as tmp:
-        for name, entry in sorted(snapshots.items()):
-            if entry.get("backend") != "hip":
-                continue
-            root = unpack_archive(CORPUS / entry["archive"], Path(tmp) / name)
-            for suffix, found in seeds.items():
-                files = sorted(root.rglob(f"*.{suffix}"), key=lambda p: (p.stat().st_size, str(p)))
-                if files:
-                    found.append(files[0].read_bytes())
-    return seeds
+        return []
+    return [e["archive"] for _, e in sorted(load_manifest()["snapshots"].items()) if e.get("backend") == "hip"]
 
 
-SEEDS = _seed_files()
-needs_seeds = pytest.mark.skipif(not SEEDS["hsaco"], reason="corpus/manifest.json with AMD snapshots not built")
+@functools.cache
+def seeds() -> dict[str, list[bytes]]:
+    """The smallest .hsaco/.amdgcn/.ttgir of each AMD snapshot (v4 and v5 code objects, both IR prefixes),
+    read when the first test runs (not at collection) from the shared unpacked corpus."""
+    found: dict[str, list[bytes]] = {"hsaco": [], "amdgcn": [], "ttgir": []}
+    for archive in _hip_archives():
+        root = unpacked(CORPUS / archive)
+        for suffix, kept in found.items():
+            files = sorted(root.rglob(f"*.{suffix}"), key=lambda p: (p.stat().st_size, str(p)))
+            if files:
+                kept.append(files[0].read_bytes())
+    return found
+
+
+needs_seeds = pytest.mark.skipif(not _hip_archives(), reason="corpus/manifest.json with AMD snapshots not built")
 FUZZ = settings(
     max_examples=150,
     deadline=None,
@@ -48,7 +49,7 @@ FUZZ = settings(
 
 @st.composite
 def mutated(draw: st.DrawFn, kind: str) -> bytes:
-    seed = draw(st.sampled_from(SEEDS[kind]))
+    seed = draw(st.sampled_from(seeds()[kind]))
     how = draw(st.sampled_from(["truncate", "flip", "splice", "random"]))
     if how == "random":
         return draw(st.binary(max_size=4096))
@@ -102,11 +103,12 @@ def test_text_parsers_on_arbitrary_text(text: str) -> None:
 
 @needs_seeds
 def test_real_seeds_parse() -> None:
-    for data in SEEDS["hsaco"]:
+    assert len(seeds()["hsaco"]) == len(_hip_archives())
+    for data in seeds()["hsaco"]:
         assert parse_hsaco(data).kernels
-    for data in SEEDS["amdgcn"]:
+    for data in seeds()["amdgcn"]:
         assert parse_amdgcn(data.decode()).kernels
-    for data in SEEDS["ttgir"]:
+    for data in seeds()["ttgir"]:
         assert parse_ttgir(data.decode())["num_warps"]
 
 
