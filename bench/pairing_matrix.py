@@ -271,12 +271,63 @@ def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:
     return "\n".join(lines)
 
 
+def leave_one_release_out(
+    home: Path, snapshots: list[Snapshot], releases: list[str] | None = None
+) -> dict[str, list[PairScore]]:
+    """For each release R of kdb's option-defaults table: every same-target pair that involves R, diffed in
+    this process with R removed from the table (kdb.triton.defaults.forgetting), as if kdb had never seen R."""
+    from kdb.triton.defaults import RELEASE_DEFAULTS, forgetting, version_tuple
+
+    out: dict[str, list[PairScore]] = {}
+    all_pairs = pairs_to_check(snapshots)
+    for release in releases or sorted(RELEASE_DEFAULTS, key=_version_key):
+        wanted = version_tuple(release)
+        pairs = [(a, b) for a, b in all_pairs if wanted in (version_tuple(a.release), version_tuple(b.release))]
+        with forgetting(release):
+            out[release] = run_matrix(home, pairs, runner=in_process_runner)
+    return out
+
+
+def format_leave_one_out(results: dict[str, list[PairScore]], snapshots: list[Snapshot]) -> str:
+    """One row per forgotten release, one column per (group, target): found/true pairs, wrong pairs marked."""
+    by_tag = {s.tag: s for s in snapshots}
+    columns = sorted({(by_tag[sc.a].group, by_tag[sc.a].target) for scs in results.values() for sc in scs})
+    lines = [
+        "leave-one-release-out: row = the release removed from kdb's table; cell = found/true pairs over every "
+        "pair of that target involving it (* = wrong pairs)",
+        "| removed | " + " | ".join(f"{t} ({g})" if g != "suite" else t for g, t in columns) + " | total |",
+        "|---|" + "---|" * (len(columns) + 1),
+    ]
+    grand_true = grand_found = grand_wrong = 0
+    for release, scores in results.items():
+        cells = []
+        for col in columns:
+            mine = [sc for sc in scores if (by_tag[sc.a].group, by_tag[sc.a].target) == col]
+            true, found = sum(s.true_pairs for s in mine), sum(s.found for s in mine)
+            wrong = sum(len(s.wrong) for s in mine)
+            cells.append(f"{found}/{true}" + (f" {wrong}*" if wrong else "") if mine else "")
+        true, found = sum(s.true_pairs for s in scores), sum(s.found for s in scores)
+        wrong = sum(len(s.wrong) for s in scores)
+        grand_true, grand_found, grand_wrong = grand_true + true, grand_found + found, grand_wrong + wrong
+        lines.append(
+            f"| {release} | " + " | ".join(cells) + f" | {found}/{true}" + (f" {wrong}*" if wrong else "") + " |"
+        )
+    lines.append(
+        f"\ntotal: {grand_found}/{grand_true} true pairs found ({100 * grand_found / max(grand_true, 1):.2f}%), "
+        f"{grand_wrong} wrong pairs"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write per-pair scores here")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--home", type=Path, help="reuse a kdb home that already holds the snapshots")
     ap.add_argument("--across-targets", action="store_true", help="also pair one backend's targets")
+    ap.add_argument(
+        "--leave-one-out", action="store_true", help="also each release removed from kdb's table in turn (in process)"
+    )
     args = ap.parse_args(argv)
     snapshots = suite_snapshots() + inductor_snapshots()
     with tempfile.TemporaryDirectory(prefix="kdb-pairing-") as tmp:
@@ -288,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
             scores += run_matrix(
                 home, pairs_to_check(snapshots, across_targets=True), across_targets=True, jobs=args.jobs
             )
+        loro = leave_one_release_out(home, snapshots) if args.leave_one_out else None
     print(format_matrix(scores, snapshots))
+    if loro is not None:
+        print("\n" + format_leave_one_out(loro, snapshots))
     for sc in scores:
         if sc.missed or sc.wrong:
             print(

@@ -205,7 +205,7 @@ def compare(
     """The result, and each KernelDiff's kernel rows (by id) for deep views."""
     rules = rules or []
     key = "identity_any_target" if across_targets else "identity"
-    defaults = learn_defaults(sa.kernels, sb.kernels, key, sa.label, sb.label)
+    defaults = learn_defaults(sa.kernels, sb.kernels, key, f"A ({sa.label})", f"B ({sb.label})")
     pairings = match(sa.kernels, sb.kernels, key, defaults)
     # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
     differ = [p for p in pairings if p.status is None and not _same_mix(p.a, p.b)]

@@ -146,7 +146,7 @@ class KernelFacts:
         for problem in (self.problems or "").split(" | "):
             stage, _, reason = problem.partition(": ")
             if stage in stages and reason:
-                return reason
+                return f"{stage}: {reason}"
         return "not recorded by the analysis"
 
     @classmethod
