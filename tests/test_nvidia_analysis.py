@@ -45,21 +45,36 @@ def _cuda_snapshots() -> list[str]:
     return sorted(name for name, entry in snapshots.items() if entry.get("backend") == "cuda")
 
 
-def _tool_dir() -> Path | None:
-    """The oracle's own lookup: $KDB_CUDA_BIN, else the installed triton wheel's bin folder."""
+def _tool_dirs() -> list[Path]:
+    """The oracle's own lookup: $KDB_CUDA_BIN alone when set, else NVIDIA's 13.x tool wheels (kdb[nvidia], in the
+    test extra: the only ones that read ABI-8 cubins whole, sm_100/sm_120 and Triton 3.9's sm_90a) followed by the
+    installed triton wheel's copies (12.8: cuobjdump 13.5 says "does not contain device code" of some CUDA 12.3
+    sm_90a cubins of Triton 2.3.1; each file is read by the first tool that reads it)."""
     env = os.environ.get("KDB_CUDA_BIN")
-    if env and (Path(env) / "cuobjdump").is_file():
-        return Path(env)
-    spec = importlib.util.find_spec("triton")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "backends" / "nvidia" / "bin"
-        if (candidate / "cuobjdump").is_file() and (candidate / "nvdisasm").is_file():
-            return candidate
-    return None
+    if env:
+        return [Path(env)] if (Path(env) / "cuobjdump").is_file() else []
+    found = []
+    for package, sub in (("nvidia", "cu13/bin"), ("triton", "backends/nvidia/bin")):
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(location) / sub
+            if (candidate / "cuobjdump").is_file() and (candidate / "nvdisasm").is_file():
+                found.append(candidate)
+    return found
+
+
+def _tool_release(tools: Path) -> tuple[int, int]:
+    """(major, minor) of a cuobjdump (`cuobjdump --version`: "... release 13.5, V13.5.37")."""
+    out = subprocess.run([str(tools / "cuobjdump"), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 CUDA_SNAPSHOTS = _cuda_snapshots()
-TOOLS = _tool_dir()
+TOOL_DIRS = _tool_dirs()
+TOOLS = TOOL_DIRS[0] if TOOL_DIRS else None
+RELEASES = {d: _tool_release(d) for d in TOOL_DIRS}
+TOOLS_RELEASE = RELEASES[TOOLS] if TOOLS else (0, 0)
 needs_corpus = pytest.mark.skipif(not CUDA_SNAPSHOTS, reason="corpus/manifest.json lists no CUDA snapshot")
 needs_tools = pytest.mark.nvidia_tools  # skipped (or failed in CI) without the tools: tests/conftest.py
 per_snapshot = pytest.mark.parametrize("snapshot", CUDA_SNAPSHOTS or ["<no corpus>"])
@@ -124,9 +139,19 @@ def _run(*args: str) -> str:
     return subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
 
 
+def cuobjdump_answer(*args: str) -> tuple[str, tuple[int, int]]:
+    """The output of the first cuobjdump of TOOL_DIRS that reads the file, and that tool's release."""
+    errors = []
+    for d in TOOL_DIRS:
+        proc = subprocess.run([str(d / "cuobjdump"), *args], capture_output=True, text=True, timeout=120)
+        if proc.returncode == 0:
+            return proc.stdout, RELEASES[d]
+        errors.append(f"{d}: {proc.stderr.strip()}")
+    raise AssertionError(f"no cuobjdump reads {args}: {errors}")
+
+
 def cuobjdump(*args: str) -> str:
-    assert TOOLS is not None
-    return _run(str(TOOLS / "cuobjdump"), *args)
+    return cuobjdump_answer(*args)[0]
 
 
 def resource_usage(path: Path) -> dict[str, dict[str, int]]:
@@ -137,6 +162,8 @@ def resource_usage(path: Path) -> dict[str, dict[str, int]]:
 
 
 def nv_info_names(path: Path, kernel: str) -> list[str]:
+    """The attribute names of .nv.info.<kernel>, in order; "unknown Attribute" where cuobjdump 13 says so
+    (cuobjdump 12.8 leaves such records out instead)."""
     names: list[str] = []
     inside = False
     for line in cuobjdump("-elf", str(path)).splitlines():
@@ -144,6 +171,30 @@ def nv_info_names(path: Path, kernel: str) -> list[str]:
             inside = line.strip() == f".nv.info.{kernel}"
         elif inside and (match := ATTRIBUTE_RE.match(line)):
             names.append(match.group(1))
+        elif inside and line.strip() == "Attribute:\tunknown Attribute":
+            names.append("unknown Attribute")
+    return names
+
+
+# "\tCUDA Virtual SM: sm_100", "\tTool Command Line Arguments: -v  -lineinfo  -arch sm_100a " (the .note.nv.* notes)
+NOTE_FIELD_RE = re.compile(r"^\t(CUDA Virtual SM|Tool Name|Tool Command Line Arguments):[ \t]*(.*?)\s*$", re.MULTILINE)
+
+
+def cuobjdump_notes(path: Path) -> dict[str, str]:
+    return dict(NOTE_FIELD_RE.findall(cuobjdump("-elf", str(path))))
+
+
+def nv_compat_names(path: Path) -> list[tuple[str, str]]:
+    """(attribute name, value) of the .nv.compat records as `cuobjdump -elf` prints them."""
+    names: list[tuple[str, str]] = []
+    inside = False
+    lines = cuobjdump("-elf", str(path)).splitlines()
+    for i, line in enumerate(lines):
+        if line and not line[0].isspace():
+            inside = line.strip() == ".nv.compat"
+        elif inside and line.startswith("\tAttribute:"):
+            value = lines[i + 2].split(":", 1)[1].strip() if lines[i + 2].startswith("\tValue:") else ""
+            names.append((line.split(":", 1)[1].strip(), value))
     return names
 
 
@@ -158,8 +209,9 @@ def cuobjdump_sass(path: Path) -> Counter[str]:
     return counts
 
 
-# Tensor-core SASS opcodes (sm80 mma.sync -> HMMA/IMMA, sm90 wgmma -> HGMMA/IGMMA/QGMMA).
-MMA_SASS = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA"}
+# Tensor-core SASS opcodes (sm80 mma.sync -> HMMA/IMMA, sm90 wgmma -> HGMMA/IGMMA/QGMMA, sm100 tcgen05.mma ->
+# UTCHMMA/UTCQMMA (cuobjdump 13.5 on the t3.9.0-sm100 corpus), sm120 fp8 mma.sync -> QMMA).
+MMA_SASS = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA", "UTCHMMA", "UTCQMMA", "UTCIMMA", "QMMA"}
 
 
 # ---- tests against cuobjdump ---------------------------------------------------------------------------------
@@ -186,14 +238,26 @@ def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> Non
         }
         assert got == want, kernel.folder.name
         assert parsed.is_entry
-        (arch,) = LELF_RE.findall(cuobjdump("-lelf", str(kernel.cubin_path)))
-        assert cubin.arch_name == arch, kernel.folder.name
+        lelf, release = cuobjdump_answer("-lelf", str(kernel.cubin_path))
+        (arch,) = LELF_RE.findall(lelf)
+        if cubin.abi_version >= 8 and release < (13, 0):
+            # cuobjdump 12.x reads ABI-8 cubins (ptxas 13, Triton 3.9) without their .nv.compat: it drops the `a`
+            assert cubin.arch_name.removesuffix("a") == arch, kernel.folder.name
+        else:
+            assert cubin.arch_name == arch, kernel.folder.name
         target = kernel.meta["target"]  # 2.3: ["cuda", 80]; 3.x: {"backend": "cuda", "arch": 80, ...}
         json_arch = target["arch"] if isinstance(target, dict) else target[-1]
         assert cubin.arch == json_arch == int(str(entry["target"]).removeprefix("sm"))
-        # Only Hopper code is ever arch-specific (sm_90a: wgmma/TMA); 3.9's cubins for sm90 say plain sm_90.
-        assert not cubin.arch_specific or cubin.arch == 90
-        assert cubin.virtual_arch in (cubin.arch, None)  # 3.9's ptxas leaves the virtual arch field empty
+        # Only Hopper and Blackwell code is arch-specific (sm_90a: wgmma/TMA; sm_100a: tcgen05, sm_120a)
+        assert not cubin.arch_specific or cubin.arch >= 90
+        notes = cuobjdump_notes(kernel.cubin_path)
+        if "CUDA Virtual SM" in notes:  # ABI 8: the .note.nv.cuinfo note (e_flags leave the virtual SM empty)
+            assert f"sm_{cubin.virtual_arch}" == notes["CUDA Virtual SM"], kernel.folder.name
+            # the assembler's own command line names the target exactly as kdb does
+            assert notes["Tool Command Line Arguments"].split("-arch ")[1].split()[0] == cubin.arch_name
+            assert (cubin.tool, cubin.tool_arguments) == (notes["Tool Name"], notes["Tool Command Line Arguments"])
+        else:
+            assert cubin.virtual_arch in (cubin.arch, None) and cubin.tool is None
         # the launch bound: EIATTR_REQNTID from 3.2, EIATTR_MAX_THREADS (PTX .maxntid) in 2.3-3.1
         max_threads = next((a.payload for a in parsed.attributes if a.name == "EIATTR_MAX_THREADS"), None)
         bound = parsed.req_threads or (struct.unpack("<III", max_threads) if max_threads else None)
@@ -206,10 +270,46 @@ def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> Non
 def test_nv_info_attributes_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None:
     for kernel in snapshot_kernels(snapshot):
         parsed = parse_cubin(kernel.cubin).kernels[0]
-        # The oracle's cuobjdump (CUDA 12.8, from the Triton 3.6 wheel) leaves out attribute codes it does not
-        # know, which newer ptxas releases (Triton 3.9's) write; kdb keeps them as EIATTR_UNKNOWN_0x..
-        known = [a.name for a in parsed.attributes if not a.name.startswith("EIATTR_UNKNOWN_")]
-        assert known == nv_info_names(kernel.cubin_path, kernel.symbol), kernel.folder.name
+        oracle = nv_info_names(kernel.cubin_path, kernel.symbol)
+        if len(oracle) == len(parsed.attributes):
+            # cuobjdump 13 lists every record: where it says "unknown Attribute", kdb has no name either, or the
+            # name cuobjdump 12.8 gave it (0x2a, 0x30, 0x35, 0x47: the SW*_WAR records of CUDA 12.x ptxas)
+            for attr, name in zip(parsed.attributes, oracle, strict=True):
+                if name == "unknown Attribute":
+                    assert attr.name.startswith("EIATTR_UNKNOWN_") or attr.attr in (0x2A, 0x30, 0x35, 0x47)
+                else:
+                    assert attr.name == name, kernel.folder.name
+        else:
+            # cuobjdump 12.8 leaves out attribute codes it does not know (newer ptxas releases write them)
+            known = [a.name for a in parsed.attributes if not a.name.startswith("EIATTR_UNKNOWN_")]
+            assert known == [n for n in oracle if n != "unknown Attribute"], kernel.folder.name
+
+
+@needs_corpus
+@needs_tools
+@per_snapshot
+def test_nv_compat_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None:
+    """ABI-8 cubins: the .nv.compat records (where the `a` of sm_100a lives) as cuobjdump 13 reads them."""
+    if TOOLS_RELEASE < (13, 0):
+        pytest.skip("cuobjdump 12.x does not print .nv.compat: pip install 'kdb[nvidia]'")
+    seen = 0
+    for kernel in snapshot_kernels(snapshot):
+        cubin = parse_cubin(kernel.cubin)
+        oracle = nv_compat_names(kernel.cubin_path)
+        assert bool(cubin.compat) == bool(oracle) == (cubin.abi_version >= 8), kernel.folder.name
+        for attr, (name, value) in zip(cubin.compat, oracle, strict=True):
+            if attr.name.startswith("EICOMPAT_UNKNOWN_"):
+                assert name == "unknown Attribute"
+                continue
+            assert attr.name == name, kernel.folder.name
+            if attr.fmt == 2:  # BVAL, printed as 0x..
+                assert attr.value == int(value, 16), (kernel.folder.name, name)
+        accelerator = [v for n, v in oracle if n == "EICOMPAT_ATTR_CUDA_ACCELERATOR_TARGET"]
+        if accelerator:
+            assert cubin.arch_specific == (int(accelerator[0], 16) == 1)
+        seen += bool(oracle)
+    if any(parse_cubin(k.cubin).abi_version >= 8 for k in snapshot_kernels(snapshot)[:1]):
+        assert seen == len(snapshot_kernels(snapshot))
 
 
 @needs_corpus
@@ -335,8 +435,11 @@ def test_occupancy_limiters_on_table_values() -> None:
     # Over the opt-in maximum per block (227 KiB on sm90, 163 KiB on sm80): no block fits.
     assert nv_occupancy.occupancy(90, 4, 32, 0, 227 * 1024 + 1) == (0, 0, "shared")
     assert nv_occupancy.occupancy(80, 4, 32, 0, 163 * 1024)[1] == 1
-    # 256 registers per thread cannot launch.
-    assert nv_occupancy.occupancy(90, 4, 256, 0, 0) == (0, 0, "registers")
+    # sm_120 (CUDA C++ Programming Guide: 99 KB opt-in per block) cannot launch a block asking for more.
+    assert nv_occupancy.occupancy("sm_120a", 4, 32, 0, 99 * 1024 + 1) == (0, 0, "shared")
+    assert nv_occupancy.occupancy("sm_100a", 4, 32, 0, 99 * 1024 + 1)[1] == 2
+    # Above the calculator's per-thread register limit (256; ptxas writes at most 255) no block launches.
+    assert nv_occupancy.occupancy(90, 4, 257, 0, 0) == (0, 0, "registers")
 
 
 def _occupancy_fixture() -> dict | None:

@@ -16,9 +16,9 @@ from kdb.analysis.model import (
 )
 from kdb.analysis.nvidia import occupancy as nv_occupancy
 from kdb.analysis.nvidia import tools as nvtools
-from kdb.analysis.nvidia.cubin import parse_cubin
+from kdb.analysis.nvidia.cubin import Cubin, CubinKernel, parse_cubin
 from kdb.analysis.nvidia.ptx import opcode_group, parse_ptx
-from kdb.errors import KdbError, ParseError
+from kdb.errors import KdbError, ParseError, UsageError
 from kdb.triton.kernel_json import KernelMeta
 
 
@@ -41,7 +41,7 @@ def analyze_nvidia(
             if kernel is None:
                 raise ParseError("cubin holds no kernel")
             row.update(
-                co_arch=f"sm{cubin.arch}",
+                co_arch=cubin.arch_name,  # as cuobjdump 13 and ptxas (-arch) name it: sm_90a, sm_100a, sm_80
                 registers=kernel.registers,
                 stack_bytes=kernel.stack_size,
                 local_bytes=kernel.local_size or kernel.stack_size,
@@ -50,12 +50,12 @@ def analyze_nvidia(
                 code_size=kernel.code_size,
                 max_workgroup_size=(kernel.max_threads or kernel.req_threads or (None,))[0],
                 wavefront_size=32,
-                co_metadata=json.dumps({a.name: a.value for a in kernel.attributes}, sort_keys=True),
+                co_metadata=json.dumps(_co_metadata(cubin, kernel), sort_keys=True),
             )
+            if meta.arch is not None and nv_occupancy.arch_number(meta.arch) != cubin.arch:
+                add_problem(out, cubin_file, "target", f"the JSON names {meta.arch}, the cubin {cubin.arch_name}")
             try:
-                warps, _blocks, limiter = nv_occupancy.occupancy(
-                    cubin.arch, meta.num_warps or 4, kernel.registers, kernel.static_shared, meta.shared or 0
-                )
+                warps, limiter = kernel_occupancy(cubin, kernel, meta)
                 row.update(occupancy=warps, occupancy_limiter=limiter, occupancy_unit="warps/SM")
             except KdbError as exc:
                 add_problem(out, cubin_file, "occupancy", str(exc))
@@ -105,6 +105,57 @@ def analyze_nvidia(
             out.sass = SassRequest(cubin_file.rel, cubin.raw_arch, kernel.code)
         else:
             row["instr_note"] = "no SASS: skipped (--no-sass)"
+
+
+def _co_metadata(cubin: Cubin, kernel: CubinKernel) -> dict[str, Any]:
+    """The kernel's .nv.info attributes, and what the cubin says of its target and assembler."""
+    out: dict[str, Any] = {a.name: a.value for a in kernel.attributes}
+    out.update({a.name: a.value for a in cubin.compat})
+    out.update(
+        cubin_arch=cubin.arch_name,
+        cubin_virtual_arch=f"sm_{cubin.virtual_arch}" if cubin.virtual_arch else None,
+        cubin_abi_version=cubin.abi_version,
+    )
+    if cubin.tool is not None:
+        out.update(assembler=cubin.tool, assembler_version=cubin.tool_version, assembler_arguments=cubin.tool_arguments)
+    return out
+
+
+def _attribute(kernel: CubinKernel, name: str) -> int | None:
+    return next((a.value for a in kernel.attributes if a.name == name), None)
+
+
+def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tuple[int, str]:
+    """(warps per SM, limiter) from NVIDIA's calculator (kdb.analysis.nvidia.occupancy); raises UsageError with
+    the reason when the figure cannot be known.
+
+    The calculator takes two inputs a cubin states but ``cudaFuncAttributes`` does not carry: block barriers
+    (``EIATTR_NUM_BARRIERS``) and virtual resources (``cudaOccFuncAttributes.virtualResourceCount``, limited to
+    128 per SM on compute capability 10-12; ptxas 13.4 writes ``EIATTR_VRC_CTA_INIT_COUNT`` = 128 into every
+    tcgen05 kernel). Whether the driver charges these attributes could not be measured (no Blackwell GPU), so
+    the occupancy is computed both ways, with the calculator's defaults for a ``cudaFuncAttributes`` (one
+    barrier, no virtual resource) and with the cubin's declarations, and is recorded only when both agree.
+    """
+    num_warps = meta.num_warps
+    if num_warps is None:
+        bound = kernel.req_threads or kernel.max_threads
+        if bound is None or bound[0] % 32:
+            raise UsageError("no num_warps in the JSON and no launch bound in the cubin")
+        num_warps = bound[0] // 32
+    if meta.shared is None:
+        raise UsageError("no 'shared' (dynamic shared memory) in the JSON")
+    args = (cubin.arch, num_warps, kernel.registers, kernel.static_shared, meta.shared)
+    warps, blocks, limiter = nv_occupancy.occupancy(*args)
+    barriers = _attribute(kernel, "EIATTR_NUM_BARRIERS") or 0
+    vrc = _attribute(kernel, "EIATTR_VRC_CTA_INIT_COUNT") or 0
+    d_warps, d_blocks, d_limiter = nv_occupancy.occupancy(*args, barriers=barriers, virtual_resources=vrc)
+    if (d_warps, d_limiter) != (warps, limiter):
+        raise UsageError(
+            f"{cubin.arch_name}: {blocks} blocks/SM ({limiter}) by the calculator's defaults, {d_blocks} ({d_limiter}) "
+            f"if the driver charges the cubin's EIATTR_NUM_BARRIERS={barriers} and EIATTR_VRC_CTA_INIT_COUNT={vrc}; "
+            "not measured on this architecture"
+        )
+    return warps, limiter
 
 
 def apply_sass(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, result: nvtools.SassResult) -> None:

@@ -7,8 +7,12 @@ Where each figure lives in a cubin written by ptxas (checked against ``cuobjdump
 
 - architecture: ``e_flags``. ELF ABI version 7 (CUDA <= 12.x for sm < 100) keeps the SM number in
   bits 7:0, the virtual (PTX) SM in bits 23:16, and the ``a`` (arch-specific) variant in bit 11
-  (0x800). ABI version 8 (Blackwell, and everything CUDA 13 writes) moves the SM to bits 15:8 and
-  the ``a`` flag to bit 3 (0x8).
+  (0x800). ABI version 8 (Blackwell, and everything CUDA 13 writes, sm_90 included) moves the SM to
+  bits 15:8; the ``a`` variant is then the ``.nv.compat`` section's ``EICOMPAT_ATTR_CUDA_ACCELERATOR_TARGET``
+  (= 1), which is what cuobjdump 13.5 names the cubin by (``sm=100a``), whatever e_flags bit 3 (LLVM's
+  ``EF_CUDA_ACCELERATORS``) says: ptxas 13.4 writes 0x09006402 for sm_100a; the virtual SM is the
+  ``.note.nv.cuinfo`` note's (e_flags bits 23:16 are 0 there). ``.note.nv.tkinfo`` names the assembler
+  and its command line (``ptxas-blackwell``, ``-arch sm_100a``).
 - registers per thread: ``EIATTR_REGCOUNT`` in the global ``.nv.info`` section (keyed by the
   function's symbol index), else bits 31:24 of ``sh_info`` of ``.text.<name>``.
 - stack/frame per thread: ``EIATTR_FRAME_SIZE`` / ``EIATTR_MIN_STACK_SIZE`` /
@@ -47,6 +51,7 @@ EIFMT_SVAL = 4
 # EIATTR numbering as cuobjdump names them (cuobjdump -elf prints "Attribute: EIATTR_...").
 # The corpus test checks every id we decode against cuobjdump's own names.
 EIATTR_NAMES: dict[int, str] = {
+    0x00: "EIATTR_ERROR",
     0x01: "EIATTR_PAD",
     0x02: "EIATTR_IMAGE_SLOT",
     0x03: "EIATTR_JUMPTABLE_RELOCS",
@@ -125,8 +130,9 @@ EIATTR_NAMES: dict[int, str] = {
     0x4C: "EIATTR_NUM_BARRIERS",
     0x4D: "EIATTR_TEXMODE_INDEPENDENT",
     0x4E: "EIATTR_PERF_STATISTICS",
-    # 0x50 and 0x55 seen in Triton 3.4/3.6 cubins and named so by cuobjdump 12.8; the others in
-    # this block follow the order of cuobjdump's own name table, not yet seen in a cubin.
+    # 0x00 and 0x4F-0x6D as cuobjdump 13.5 names them (each id written into a real sm_100a cubin's
+    # .nv.info.<kernel> and read back with `cuobjdump -elf`); 0x56, 0x5A, 0x5F, 0x60, 0x63, 0x67 it calls
+    # "unknown Attribute" (ptxas 13.4 writes 0x5F).
     0x4F: "EIATTR_AT_ENTRY_FRAGMENTS",
     0x50: "EIATTR_SPARSE_MMA_MASK",
     0x51: "EIATTR_TCGEN05_1CTA_USED",
@@ -134,7 +140,24 @@ EIATTR_NAMES: dict[int, str] = {
     0x53: "EIATTR_GEN_ERRBAR_AT_EXIT",
     0x54: "EIATTR_REG_RECONFIG",
     0x55: "EIATTR_ANNOTATIONS",
-    0x56: "EIATTR_STUB_FUNCTION_KIND",
+    0x57: "EIATTR_STACK_CANARY_TRAP_OFFSETS",
+    0x58: "EIATTR_STUB_FUNCTION_KIND",
+    0x59: "EIATTR_LOCAL_CTA_ASYNC_STORE_OFFSETS",
+    0x5B: "EIATTR_BLOCKS_ARE_CLUSTERS",
+    0x5C: "EIATTR_SANITIZE",
+    0x5D: "EIATTR_SYSCALLS_FALLBACK",
+    0x5E: "EIATTR_CUDA_REQ",
+    0x61: "EIATTR_RTCORE_ENTRY",
+    0x62: "EIATTR_CLUSTER_LAUNCH_CONTROL_USED",
+    0x64: "EIATTR_MIN_PER_CTA_MEMORY_SIZE",
+    0x65: "EIATTR_IGNOREOOB_CP_ASYNC_BULK_INSTR_OFFSETS",
+    0x66: "EIATTR_LANGUAGE",
+    0x68: "EIATTR_GRID_ATTRIBUTES",
+    0x69: "EIATTR_STACK_OFFSET",
+    0x6A: "EIATTR_RT_LIVESTATE_SASS_MAP",
+    0x6B: "EIATTR_NVSAL_SW_WAR",
+    0x6C: "EIATTR_INSTR_OFFSETS",
+    0x6D: "EIATTR_PREEXIT_USED",
 }
 _ATTR_ID = {name: i for i, name in EIATTR_NAMES.items()}
 EIATTR_MAX_THREADS = _ATTR_ID["EIATTR_MAX_THREADS"]
@@ -147,6 +170,25 @@ EIATTR_REGCOUNT = _ATTR_ID["EIATTR_REGCOUNT"]
 EIATTR_MAXREG_COUNT = _ATTR_ID["EIATTR_MAXREG_COUNT"]
 EIATTR_NUM_MBARRIERS = _ATTR_ID["EIATTR_NUM_MBARRIERS"]
 EIATTR_CUDA_API_VERSION = _ATTR_ID["EIATTR_CUDA_API_VERSION"]
+EIATTR_NUM_BARRIERS = _ATTR_ID["EIATTR_NUM_BARRIERS"]
+EIATTR_VRC_CTA_INIT_COUNT = _ATTR_ID["EIATTR_VRC_CTA_INIT_COUNT"]
+
+# `.nv.compat` (SHT 0x70000086, CUDA_COMPAT_INFO) records, same layout as .nv.info; names as cuobjdump 13.5
+# prints them for a ptxas 13.4 cubin, in file order.
+EICOMPAT_NAMES: dict[int, str] = {
+    0x02: "EICOMPAT_ATTR_ISA_CLASS",
+    0x03: "EICOMPAT_ATTR_INST_TENSORMAP_V1",
+    0x05: "EICOMPAT_ATTR_INST_TCGEN05_MMA",
+    0x09: "EICOMPAT_ATTR_CUDA_ACCELERATOR_TARGET",
+    0x0B: "EICOMPAT_ATTR_CAN_FASTPATH_FINALIZE",
+    0x0C: "EICOMPAT_ATTR_CUDA_INTERNAL_TARGET",
+    0x0E: "EICOMPAT_ATTR_FINALIZER_VERSION",
+}
+EICOMPAT_CUDA_ACCELERATOR_TARGET = 0x09
+# Owner of the .note.nv.* notes and their types (cuobjdump: "NVIDIA CUDA Information" / "Toolkit Information").
+NV_NOTE_OWNER = b"NVIDIA Corp"
+NT_CUDA_INFO = 1000
+NT_CUDA_TKINFO = 2000
 # Attributes of the global ``.nv.info`` whose SVAL payload is ``symbol index:u32, value:u32``.
 _PER_FUNCTION_GLOBAL = frozenset(
     {EIATTR_REGCOUNT, EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE, EIATTR_MAX_STACK_SIZE, EIATTR_CRS_STACK_SIZE}
@@ -208,12 +250,16 @@ class CubinKernel:
 @dataclass(frozen=True)
 class Cubin:
     arch: int  # SM number: 80, 86, 89, 90, 100, 120 ...
-    arch_name: str  # cuobjdump's spelling: "sm_90a", "sm_80"
+    arch_name: str  # cuobjdump's spelling: "sm_90a", "sm_80", "sm_100a"
     arch_specific: bool  # the "a" variant (sm_90a, sm_100a): features that run on this SM only
-    virtual_arch: int | None  # PTX target SM recorded in e_flags (ABI 7 only), else None
+    virtual_arch: int | None  # PTX target SM: e_flags (ABI 7) or the .note.nv.cuinfo note (ABI 8); None if neither
     abi_version: int  # EI_ABIVERSION: 7 (old layout) or 8 (Blackwell / CUDA 13 layout)
     toolkit_version: int  # e_version, e.g. 128 for CUDA 12.8 ("toolkit=128" in cuobjdump -elf)
     kernels: tuple[CubinKernel, ...]  # sorted by name
+    compat: tuple[NvInfoAttr, ...] = ()  # the .nv.compat records (ABI 8), in file order
+    tool: str | None = None  # .note.nv.tkinfo: the assembler ("ptxas-blackwell")
+    tool_version: str | None = None  # "Cuda compilation tools, release 13.4, V13.4.59"
+    tool_arguments: str | None = None  # its command line ("-v  -lineinfo  -arch sm_100a")
 
     @property
     def raw_arch(self) -> str:
@@ -233,8 +279,10 @@ def decode_arch(e_flags: int, abi_version: int) -> tuple[int, bool, int | None]:
     return e_flags & 0xFF, bool(e_flags & 0x800), ((e_flags >> 16) & 0xFF) or None
 
 
-def decode_nv_info(data: bytes) -> tuple[NvInfoAttr, ...]:
-    """Decode one ``.nv.info*`` section body. Each iteration consumes >= 4 bytes, so it ends."""
+def decode_nv_info(data: bytes, names: dict[int, str] | None = None) -> tuple[NvInfoAttr, ...]:
+    """Decode one ``.nv.info*`` (or ``.nv.compat``) section body. Each iteration consumes >= 4 bytes, so it ends."""
+    names = EIATTR_NAMES if names is None else names
+    unknown = "EIATTR_UNKNOWN_0x" if names is EIATTR_NAMES else "EICOMPAT_UNKNOWN_0x"
     out: list[NvInfoAttr] = []
     pos = 0
     n = len(data)
@@ -243,7 +291,7 @@ def decode_nv_info(data: bytes) -> tuple[NvInfoAttr, ...]:
             raise ParseError(f"truncated .nv.info record at offset {pos}")
         fmt, attr, short = struct.unpack_from("<BBH", data, pos)
         pos += 4
-        name = EIATTR_NAMES.get(attr, f"EIATTR_UNKNOWN_0x{attr:02x}")
+        name = names.get(attr, f"{unknown}{attr:02x}")
         if fmt == EIFMT_SVAL:
             end = pos + short
             if end > n:
@@ -262,6 +310,42 @@ def decode_nv_info(data: bytes) -> tuple[NvInfoAttr, ...]:
         else:
             raise ParseError(f"unknown .nv.info record format {fmt} at offset {pos - 4}")
     return tuple(out)
+
+
+def decode_notes(data: bytes) -> list[tuple[bytes, int, bytes]]:
+    """(owner, type, descriptor) of each ELF note in a SHT_NOTE section body (4-byte aligned fields)."""
+    out = []
+    pos, n = 0, len(data)
+    while pos < n:
+        if n - pos < 12:
+            raise ParseError(f"truncated ELF note at offset {pos}")
+        namesz, descsz, kind = struct.unpack_from("<III", data, pos)
+        name_end = pos + 12 + namesz
+        desc_at = pos + 12 + ((namesz + 3) & ~3)
+        desc_end = desc_at + descsz
+        if desc_end > n:
+            raise ParseError(f"ELF note at offset {pos} overruns its section")
+        out.append((bytes(data[pos + 12 : name_end]).rstrip(b"\0"), kind, bytes(data[desc_at:desc_end])))
+        pos = desc_at + ((descsz + 3) & ~3)
+    return out
+
+
+def _tkinfo(desc: bytes) -> tuple[str, str, str]:
+    """(tool, version, arguments) of a .note.nv.tkinfo descriptor: version:u32, 0:u32, then four u32 offsets
+    (name, version, branch, arguments) into the NUL-terminated strings that follow (checked against
+    cuobjdump 13.5's reading of ptxas 13.4 cubins)."""
+    if len(desc) < 24:
+        raise ParseError(f".note.nv.tkinfo descriptor of {len(desc)} bytes, expected at least 24")
+    offsets = struct.unpack_from("<4I", desc, 8)
+    strings = desc[24:]
+
+    def at(offset: int) -> str:
+        if offset >= len(strings):
+            raise ParseError(f".note.nv.tkinfo string offset {offset} outside its {len(strings)} bytes")
+        end = strings.find(b"\0", offset)
+        return strings[offset : end if end >= 0 else len(strings)].decode("utf-8", "replace").strip()
+
+    return at(offsets[0]), at(offsets[1]), at(offsets[3])
 
 
 def _dim3(attrs: dict[int, NvInfoAttr], attr: int) -> tuple[int, int, int] | None:
@@ -397,6 +481,25 @@ def _parse(data: bytes) -> Cubin:  # noqa: C901 (one ELF walk: sections, symbols
             )
         )
     kernels.sort(key=lambda k: k.name)
+
+    compat_sec = sections.get(".nv.compat")
+    compat = decode_nv_info(compat_sec.data(), EICOMPAT_NAMES) if compat_sec is not None else ()
+    accelerator = next((a.value for a in compat if a.attr == EICOMPAT_CUDA_ACCELERATOR_TARGET), None)
+    if abi_version >= 8 and accelerator is not None:
+        specific = accelerator == 1
+    tool = tool_version = tool_arguments = None
+    for note_name in (".note.nv.cuinfo", ".note.nv.tkinfo"):
+        note_sec = sections.get(note_name)
+        if note_sec is None or note_sec["sh_type"] != "SHT_NOTE":
+            continue
+        for owner, kind, desc in decode_notes(note_sec.data()):
+            if owner != NV_NOTE_OWNER:
+                continue
+            if kind == NT_CUDA_INFO and len(desc) >= 4 and virtual is None:
+                # version:u16, virtual SM:u16, toolkit:u32 ("CUDA Virtual SM: sm_100", "CUDA Tool Kit Version: 13.4")
+                virtual = struct.unpack_from("<H", desc, 2)[0] or None
+            elif kind == NT_CUDA_TKINFO:
+                tool, tool_version, tool_arguments = _tkinfo(desc)
     arch_name = f"sm_{sm}{'a' if specific else ''}"
     return Cubin(
         arch=sm,
@@ -406,4 +509,8 @@ def _parse(data: bytes) -> Cubin:  # noqa: C901 (one ELF walk: sections, symbols
         abi_version=abi_version,
         toolkit_version=hdr["e_version"] if isinstance(hdr["e_version"], int) else 0,
         kernels=tuple(kernels),
+        compat=compat,
+        tool=tool,
+        tool_version=tool_version,
+        tool_arguments=tool_arguments,
     )
