@@ -7,6 +7,9 @@ That is each release's own answer (dataclass defaults alone are not: e.g. 3.9's 
 declares `enable_fp_fusion = False` and parse_options replaces it from a knob that defaults to True).
 
     python scripts/release_defaults.py /var/tmp/kdb-corpus/venvs/t* > kdb/triton/release_defaults.json
+    python scripts/release_defaults.py --merge kdb/triton/release_defaults.json VENV... > new.json  # some releases
+
+Each release is asked for every target it accepts among TARGETS (a target it refuses records `__error__`).
 
 kdb's identity compares tuning options as "equal, or each at its own release's default"; the
 table this writes is where those defaults come from (kdb.triton.identity loads it).
@@ -34,8 +37,9 @@ def plain(v):
     if isinstance(v, (tuple, list)):
         return [plain(x) for x in v]
     return repr(v)
-targets = [("hip", "gfx942", 64), ("hip", "gfx950", 64), ("hip", "gfx90a", 64), ("hip", "gfx1100", 32),
-           ("hip", "gfx1201", 32), ("cuda", 80, 32), ("cuda", 90, 32)]
+targets = [("hip", "gfx942", 64), ("hip", "gfx950", 64), ("hip", "gfx90a", 64), ("hip", "gfx908", 64),
+           ("hip", "gfx1030", 32), ("hip", "gfx1100", 32), ("hip", "gfx1151", 32), ("hip", "gfx1201", 32),
+           ("hip", "gfx1250", 32), ("cuda", 80, 32), ("cuda", 90, 32), ("cuda", 100, 32), ("cuda", 120, 32)]
 for backend, arch, warp in targets:
     try:
         if legacy:  # 2.3.x: NVIDIA only, the backend takes a (device type, capability) tuple
@@ -57,8 +61,12 @@ print(json.dumps(out))
 """
 
 
-def main(venvs: list[str]) -> int:
+def main(argv: list[str]) -> int:
     table = {}
+    venvs = argv
+    if argv[:1] == ["--merge"]:  # keep the releases of an existing table that no venv given here re-asks
+        table = json.loads(Path(argv[1]).read_text())
+        venvs = argv[2:]
     for venv in sorted(venvs):
         py = Path(venv) / "bin" / "python"
         proc = subprocess.run(
