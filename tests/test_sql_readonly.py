@@ -25,6 +25,7 @@ import jsonschema
 import pytest
 from deepdiff import DeepDiff
 from helpers import Result, duckdb_shell, kdb
+from pgserver import PgServer, find_bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = "t3.1.0-gfx90a"
@@ -424,6 +425,58 @@ def test_shell_refuses_a_shared_catalog_it_cannot_guard(tmp_path: Path):
     assert "kdb sql" in proc.stderr
 
 
+def test_shared_catalog_is_guarded_too(unpack_snapshot, tmp_path: Path):
+    """A shared catalog (DuckLake on PostgreSQL): kdb attaches it, then the same lock; the PostgreSQL and
+    DuckLake extensions' functions (a new connection to any server, file clean-up) and writes into the one
+    readable directory are refused, nothing in the store changes, and no connection leaves for another port."""
+    assert find_bin_dir(), "PostgreSQL is needed for the shared catalog (.ci/run installs postgresql-15)"
+    server = PgServer().start()
+    try:
+        store = tmp_path / "store"
+        env = {**_env(), "KDB_CATALOG": server.catalog_url(server.new_database()), "KDB_STORE": str(store)}
+
+        def run(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+            cmd = [*prefix, sys.executable, "-m", "kdb", *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+
+        assert run("ingest", str(unpack_snapshot(SNAPSHOT)), "--tag", "a", "-q").returncode == 0
+        lake = store / "lake"
+        before = _listing(store)
+        n = json.loads(run("sql", "SELECT count(*) AS n FROM kernels", "--format", "json").stdout)[0]["n"]
+        assert n > 10
+        elsewhere = "host=127.0.0.1 port=9 dbname=kdb0"  # a port nothing listens on: a try would show in the trace
+        parquet = next(lake.rglob("*.parquet"))
+        for sql in (
+            f"SELECT * FROM postgres_scan('{elsewhere}', 'public', 'ducklake_snapshot')",
+            "SELECT * FROM postgres_query('__ducklake_metadata_kdb', 'SELECT 1')",
+            "SELECT * FROM postgres_execute('__ducklake_metadata_kdb', 'DROP TABLE ducklake_snapshot')",
+            "SELECT * FROM ducklake_cleanup_old_files('kdb', cleanup_all => true)",
+            "SELECT * FROM ducklake_expire_snapshots('kdb', older_than => now())",
+            f"COPY (SELECT 1) TO '{parquet}'",
+            f"COPY (SELECT 1) TO '{lake}/x.csv'",
+            f"ATTACH 'ducklake:postgres:{elsewhere}' AS other",
+            "INSERT INTO kdb_commits VALUES (5)",
+            "USE memory",
+            "SELECT * FROM read_text('/etc/hostname')",
+        ):
+            log = tmp_path / "trace.log"
+            proc = run("sql", "--", sql, prefix=traced(log))
+            assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, (sql, proc.stderr)
+            assert "refused" in proc.stderr, (sql, proc.stderr)
+            # kdb's own connection to the catalog's server is the only one
+            connects = [line for line in log.read_text().splitlines() if re.match(r"\d+\s+connect\(", line)]
+            ports = {m for line in connects for m in re.findall(r"sin6?_port=htons\((\d+)\)", line)}
+            assert ports == {str(server.port)}, (sql, ports)
+        assert _listing(store) == before
+        # a Parquet file of the catalog is readable (the one directory external access still reaches)
+        rows = run("sql", f"SELECT count(*) AS n FROM read_parquet('{parquet}')", "--format", "json")
+        assert rows.returncode == 0 and json.loads(rows.stdout)[0]["n"] >= 0, rows.stderr
+        proc = run("sql", "SELECT now() AS n, count(*) AS k FROM kernels", "--format", "json")
+        assert proc.returncode == 0 and json.loads(proc.stdout)[0]["k"] == n, proc.stderr
+    finally:
+        server.stop()
+
+
 # -- declared dependencies ---------------------------------------------------------------------------------
 
 
@@ -538,6 +591,7 @@ def test_pip_install_into_an_empty_venv_runs_every_command(tmp_path: Path, unpac
         capture_output=True,
         text=True,
         env=env,
+        cwd=tmp_path,
         check=True,
     )
     assert str(venv) in probe.stdout.splitlines()[0] and "site-packages" in probe.stdout
@@ -556,7 +610,8 @@ def test_pip_install_into_an_empty_venv_runs_every_command(tmp_path: Path, unpac
     run("diff", "t3.0.0-gfx942", "t3.1.0-gfx942", "--no-pager", ok=(0, 1))
     run("report", "t3.0.0-gfx942", "t3.1.0-gfx942", "--output", str(tmp_path / "r.html"))
     assert (tmp_path / "r.html").stat().st_size > 100_000
-    path = json.loads(run("sql", "SELECT min(path) AS p FROM files", "--format", "json"))[0]["p"]
+    first = "SELECT min(path) AS p FROM files JOIN snapshots USING (snapshot_id) WHERE tag = 't3.0.0-gfx942'"
+    path = json.loads(run("sql", first, "--format", "json"))[0]["p"]
     run("cat", "t3.0.0-gfx942", path)
     run("export", "t3.0.0-gfx942", str(tmp_path / "out"))
     run("verify")
