@@ -61,6 +61,24 @@ def test_every_release_pair_of_every_target_pairs_the_same_configs(corpus_snapsh
     _assert_scores(inductor, minimum_true_pairs=300)
 
 
+def test_leave_one_release_out_pairs_every_release_as_if_kdb_knew_it(corpus_home: Path, corpus_snapshots) -> None:
+    """Each release in turn removed from kdb's option-defaults table (a test hook): every same-target pair
+    involving it, on every corpus target and the Inductor kernels, still pairs >= 99.5% with 0 wrong, because
+    kdb learns what a release applied from the snapshots themselves (kdb/triton/defaults.py)."""
+    from kdb.triton.defaults import RELEASE_DEFAULTS
+
+    results = pm.leave_one_release_out(corpus_home, corpus_snapshots)
+    text = pm.format_leave_one_out(results, corpus_snapshots)
+    out = ROOT / "bench" / ".data"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pairing-leave-one-out.md").write_text(text + "\n")
+    print(text)
+    assert sorted(results) == sorted(RELEASE_DEFAULTS)
+    for release, scores in results.items():
+        assert scores, release  # the corpus holds every release of the table
+        _assert_scores(scores, minimum_true_pairs=30)
+
+
 def test_across_targets_pairs_the_same_configs(corpus_home: Path, corpus_snapshots) -> None:
     pairs = pm.pairs_to_check(corpus_snapshots, across_targets=True)
     scores = pm.run_matrix(corpus_home, pairs, across_targets=True, runner=pm.in_process_runner)
