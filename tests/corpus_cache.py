@@ -243,8 +243,8 @@ def ingested_home(snapshots: list[tuple[str, Path]], *, sass: bool = True, via_c
     """A kdb home holding each (tag, archive) in order, ingested once per inputs and code. Read-only: open
     its catalog read-only (kdb diff/sql/show/tags/export/cat do); a test that writes takes `clone()`.
 
-    With `via_cli`, each ingest runs as `python -m kdb ingest DIR --tag T --format json [--no-sass] -j 2`
-    and the printed summaries are kept in the home's parent as summaries.json (see `summaries()`)."""
+    With `via_cli`, each ingest runs as `python -m kdb ingest DIR --tag T --format json [--no-sass] -j 2`.
+    Each ingest's summary (what `kdb ingest --format json` prints) is kept: see `summaries()`."""
     parts = _home_parts(snapshots, sass, via_cli)
 
     def build(tree: Path) -> None:
@@ -264,8 +264,10 @@ def ingested_home(snapshots: list[tuple[str, Path]], *, sass: bool = True, via_c
         from kdb.ingest.snapshot import ingest
         from kdb.store.home import Home
 
+        found = {}
         for tag, cache in caches:
-            ingest(Home(tree), cache, tag, options=AnalysisOptions(sass=sass))
+            found[tag] = ingest(Home(tree), cache, tag, options=AnalysisOptions(sass=sass)).__dict__
+        (tree.parent / "summaries.json").write_text(json.dumps(found, default=str))
 
     return cached("homes", parts, build)
 
@@ -284,7 +286,7 @@ def is_built(snapshots: list[tuple[str, Path]], *, sass: bool = True, via_cli: b
 
 
 def summaries(home: Path) -> dict[str, dict]:
-    """The `kdb ingest --format json` summaries of a home built with via_cli, by tag."""
+    """The ingest summaries of a cached home by tag (`problems`: what makes `kdb ingest` exit 1)."""
     return json.loads((home.parent / "summaries.json").read_text())
 
 

@@ -67,11 +67,18 @@ class PgServer:
         self._run(self.bin / "initdb", "-D", self.data, "-A", "trust", "-U", self.user, "--no-sync", "-E", "UTF8")
         creates = "".join(f"CREATE DATABASE kdb{i};\n" for i in range(DATABASES))
         self._run(self.bin / "postgres", "--single", "-D", self.data, "postgres", stdin=creates)
-        options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        self._run(self.bin / "pg_ctl", "-D", self.data, "-o", options, "-l", self.root / "log", "-w", "start")
+        for attempt in range(5):  # another process (a parallel xdist worker) may take the free port first
+            options = (
+                f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            )
+            try:
+                self._run(self.bin / "pg_ctl", "-D", self.data, "-o", options, "-l", self.root / "log", "-w", "start")
+                break
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+                self.port = _free_port()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

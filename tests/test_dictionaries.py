@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import zstandard
 from helpers import kdb, tree_hashes
-from unpack import unpack_archive
 
 from kdb.store import dictionaries
 from kdb.store.blobs import COMPRESSION_LEVEL, BlobStore, hash_bytes
@@ -24,9 +23,9 @@ GPT2 = "gpt2_train-t3.6.0-gfx942"
 
 
 @pytest.fixture(scope="module")
-def caches(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("dict-caches")
-    return {name: unpack_archive(AMD / f"{name}.tar.zst", root / name) for name in (MLP, GPT2)}
+def caches(unpacked_archive) -> dict[str, Path]:
+    """The two caches, unpacked once per archive content and shared read-only."""
+    return {name: unpacked_archive(AMD / f"{name}.tar.zst") for name in (MLP, GPT2)}
 
 
 def _files_by_kind(capsys, home: Path, tag: str) -> list[dict]:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import archive_of
+from corpus_cache import summaries
 from helpers import kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 
 from kdb.errors import ExitCode
@@ -295,11 +297,13 @@ def test_unreadable_file_is_a_problem(amd_name, unpack_snapshot, tmp_path, capsy
 
 
 @pytest.fixture
-def ingested(amd_name, unpack_snapshot, tmp_path, capsys):
+def ingested(amd_name, unpack_snapshot, cached_home, home_copy):
+    """(home, cache): a private copy of a home holding the smallest AMD snapshot tagged `snap` (ingested once
+    per inputs and kdb version into the shared cache), which the test may damage."""
     cache = unpack_snapshot(amd_name)
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(cache), "--tag", "snap", "-q").code == 0
-    return home, cache
+    shared = cached_home([("snap", archive_of(amd_name))])
+    assert summaries(shared)["snap"]["problems"] == 0  # `kdb ingest` exited 0
+    return home_copy(shared), cache
 
 
 def _set_first_path(home: Path, new_path: str) -> None:

@@ -14,7 +14,6 @@ import os
 import posixpath
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -37,17 +36,18 @@ def _sql(home: Path, sql: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def ingested(tmp_path_factory):
+def ingested(tmp_path_factory, unpacked_archive, cached_home):
+    """(root, home, summaries): root/<name> is each unpacked cache (links to the shared read-only copies), home
+    holds them tagged <name>, ingested by `kdb ingest --no-sass -j 2 --format json` (whose printed summaries
+    are kept): built once per inputs and kdb version, read-only."""
+    from corpus_cache import summaries
+
     root = tmp_path_factory.mktemp("inductor")
-    home = root / "home"
-    summaries = {}
-    for name in [*INDUCTOR, "triton_autotune"]:
-        with tarfile.open(CORPUS / f"{name}.tar.xz", "r:xz") as tar:
-            tar.extractall(root / name, filter="data")
-        r = _kdb(home, "ingest", str(root / name), "--tag", name, "--no-sass", "-j", "2", "--format", "json")
-        assert r.returncode == 0, r.stderr
-        summaries[name] = json.loads(r.stdout)
-    return root, home, summaries
+    inputs = [(name, CORPUS / f"{name}.tar.xz") for name in [*INDUCTOR, "triton_autotune"]]
+    for name, archive in inputs:
+        (root / name).symlink_to(unpacked_archive(archive), target_is_directory=True)
+    home = cached_home(inputs, sass=False, via_cli=True)
+    return root, home, summaries(home)
 
 
 def _function_source(path: Path, name: str) -> str | None:

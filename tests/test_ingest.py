@@ -8,7 +8,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import snapshot_names
+from conftest import archive_of, snapshot_names
+from corpus_cache import summaries
 from helpers import duckdb_shell, kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 
 from kdb.errors import ExitCode
@@ -190,10 +191,13 @@ def test_bad_input_paths_give_one_line_and_exit_3(make_input, expected, tmp_path
 
 
 @pytest.fixture
-def ingested(unpack_snapshot, tmp_path, capsys):
+def ingested(unpack_snapshot, cached_home, home_copy, capsys):
+    """(home, cache): a private copy of a home holding AMD_PAIR tagged `snap` (ingested once per inputs and
+    kdb version into the shared cache), which the test may damage."""
     cache = unpack_snapshot(AMD_PAIR)
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(cache), "--tag", "snap", "-q").code == 0
+    shared = cached_home([("snap", archive_of(AMD_PAIR))])
+    assert summaries(shared)["snap"]["problems"] == 0  # `kdb ingest` exited 0
+    home = home_copy(shared)
     assert kdb(capsys, home, "verify").code == 0
     return home, cache
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import jsonschema
@@ -47,17 +46,18 @@ def _kdb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def caches(tmp_path_factory):
+def caches(tmp_path_factory, unpacked_archive, cached_home):
+    """(root, home): root/<side>_<model> is each unpacked cache (links to the shared read-only copies), home holds
+    them tagged <side>_<model>, ingested --no-sass (built once per inputs and kdb version, read-only)."""
     root = tmp_path_factory.mktemp("winners")
-    home = root / "home"
-    for side, directory in SIDES.items():
-        for model in MODELS:
-            dest = root / f"{side}_{model}"
-            with tarfile.open(CORPUS / directory / f"{model}.tar.xz", "r:xz") as tar:
-                tar.extractall(dest, filter="data")
-            r = _kdb(home, "ingest", str(dest), "--tag", f"{side}_{model}", "--no-sass", "-j", "2")
-            assert r.returncode == 0, r.stderr
-    return root, home
+    inputs = [
+        (f"{side}_{model}", CORPUS / directory / f"{model}.tar.xz")
+        for side, directory in SIDES.items()
+        for model in MODELS
+    ]
+    for tag, archive in inputs:
+        (root / tag).symlink_to(unpacked_archive(archive), target_is_directory=True)
+    return root, cached_home(inputs, sass=False)
 
 
 def _best_configs(directory: Path) -> dict[str, dict]:
@@ -130,6 +130,7 @@ def test_every_h200_best_config_links_the_folder_its_recompile_gives(caches, mod
     )
 
 
+@pytest.mark.browser
 def test_diff_report_shows_both_sides_winners(caches, tmp_path):
     """`kdb report` of an upgrade with autotuned kernels: every winner pair in the section's table, flips
     first, and one point per winner with a time and a linked folder on each side."""

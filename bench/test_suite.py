@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Wall time of the test suite per tier and marker (the README's "Developing" figures come from here).
+
+    python bench/test_suite.py                      # cold full run, warm full run, fast tier, each marker
+    python bench/test_suite.py --tiers warm,fast    # only some of them
+    python bench/test_suite.py --json out.json      # also machine-readable
+
+Tiers (each a `python -m pytest` of its own, as a contributor types it, plus the arguments shown):
+  cold     the README's command on an empty test cache ($KDB_TEST_CACHE pointed at a new folder): includes
+           unpacking the corpus and ingesting every cached home once;
+  warm     the README's command again on that cache;
+  fast     -m "not slow" (the inner loop) on the warm cache;
+  markers  -m MARKER for each marker of pyproject.toml that selects tests, on the warm cache.
+
+Every line gives the load average before the run: on a shared machine the figures are only as good as it
+was quiet. Not a timed test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKERS = ["slow", "corpus_home", "llvm", "browser", "postgres", "nvidia_tools"]
+SUMMARY_RE = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(label: str, args: list[str], env: dict[str, str]) -> dict:
+    before = load()
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - started
+    last = next((line for line in reversed(proc.stdout.splitlines()) if SUMMARY_RE.search(line)), "")
+    counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in SUMMARY_RE.findall(last)}
+    row = {
+        "tier": label,
+        "args": " ".join(args),
+        "wall_s": round(wall, 1),
+        "exit": proc.returncode,
+        "counts": counts,
+        "load_before": before,
+        "load_after": load(),
+    }
+    print(
+        f"{label:<22} {wall:7.1f} s  exit {proc.returncode}  {last.strip('= ')[:70]:<70}  load {before} -> {row['load_after']}",
+        flush=True,
+    )
+    if proc.returncode not in (0, 5):
+        print(proc.stdout[-3000:], file=sys.stderr)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiers", default="cold,warm,fast,markers", help="comma-separated: cold, warm, fast, markers")
+    parser.add_argument("--cache", type=Path, help="test cache folder to use (default: a new one, removed after)")
+    parser.add_argument("--json", type=Path, help="write the rows here too")
+    parser.add_argument("pytest_args", nargs="*", help="extra arguments for every run (after --)")
+    args = parser.parse_args()
+    tiers = args.tiers.split(",")
+    with tempfile.TemporaryDirectory(prefix="kdb-test-cache-") as tmp:
+        cache = args.cache or Path(tmp)
+        env = {**os.environ, "KDB_TEST_CACHE": str(cache)}
+        print(f"{os.cpu_count()} CPUs; test cache {cache}; python -m pytest -q {' '.join(args.pytest_args)}")
+        rows = []
+        if "cold" in tiers:
+            rows.append(run("cold (full, new cache)", args.pytest_args, env))
+        if "warm" in tiers:
+            rows.append(run("warm (full)", args.pytest_args, env))
+        if "fast" in tiers:
+            rows.append(run('fast (-m "not slow")', ["-m", "not slow", *args.pytest_args], env))
+        if "markers" in tiers:
+            for marker in MARKERS:
+                rows.append(run(f"-m {marker}", ["-m", marker, *args.pytest_args], env))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0 if all(r["exit"] in (0, 5) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
