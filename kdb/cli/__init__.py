@@ -126,7 +126,9 @@ def ingest(
     label: Annotated[list[str], typer.Option("--label", "-l", metavar="KEY=VALUE", help="key=value, repeatable")] = [],  # noqa: B006
     replace: Annotated[bool, typer.Option("--replace", help="overwrite an existing snapshot with this tag")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar or summary")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="worker processes (default: all cores)")] = 0,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-j", metavar="N", help="worker processes (default: all cores)", show_default=False)
+    ] = 0,
     max_file_size: Annotated[
         int, typer.Option("--max-file-size", metavar="BYTES", help="bytes; larger files are recorded as problems")
     ] = 1 << 30,
@@ -478,12 +480,21 @@ def diff_cmd(
             "--kernel",
             "-k",
             metavar="PATTERN",
-            help="deep view of the kernels whose name matches NAME or a glob, or whose cache key starts with PATTERN",
+            help="deep view of the kernels whose name matches NAME or a glob, or whose cache key (or the key this "
+            "table prints) starts with PATTERN",
         ),
     ] = None,
     limit: Annotated[
         int, typer.Option("--limit", metavar="N", help="at most N deep views (--kernel), worst first")
     ] = 20,
+    raw_isa: Annotated[
+        bool,
+        typer.Option(
+            "--raw-isa",
+            help="deep views diff the ISA files as compiled (default: registers renamed by first use, "
+            "branch targets, addresses and encodings stripped)",
+        ),
+    ] = False,
     only: Annotated[
         str | None,
         typer.Option(
@@ -544,6 +555,7 @@ def diff_cmd(
             kernel=kernel,
             limit=limit,
             allow_unknown=allow_unknown,
+            raw_isa=raw_isa,
         )
     if kernel is not None:
         matched = len(select(result, kernel))

@@ -16,6 +16,7 @@ import functools
 import json
 from typing import Any
 
+from kdb.diff.isa import diff_text
 from kdb.diff.matching import Pairing, learn_defaults, match
 from kdb.diff.model import (
     DEFAULT_MIN_MATCH,
@@ -30,6 +31,7 @@ from kdb.diff.model import (
 )
 from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
+from kdb.diff.verdict import launchable
 from kdb.diff.winners import compare_winners
 from kdb.errors import UsageError
 from kdb.triton.normalize import metadata_view
@@ -180,10 +182,18 @@ def _targets(rows: list[Row]) -> tuple[str, ...]:
 _REPORT_ORDER = {s: i for i, s in enumerate(REPORT_STATUSES)}
 
 
+def never_launches(k: KernelDiff) -> bool:
+    """The kernel cannot launch on any side it has (launch occupancy 0 wherever it is known and present)."""
+    sides = [f for f in (k.a, k.b) if f is not None]
+    return bool(sides) and all(launchable(f.values) is False for f in sides)
+
+
 def _report_order(k: KernelDiff) -> tuple[Any, ...]:
-    """Regressions first, worst first; then by status, name and cache keys."""
+    """Regressions first, worst first; then by status, name and cache keys. Kernels that cannot launch on
+    either side come after every kernel that can (kdb/diff/verdict.py)."""
     worse = k.status.worse
     return (
+        never_launches(k),
         -k.severity if worse else 0,
         0 if worse else 1,
         0 if worse else _REPORT_ORDER[k.status.report_status],
@@ -295,28 +305,31 @@ def diff_sides(
     kernel: str | None = None,
     limit: int | None = None,
     allow_unknown: bool = False,
+    raw_isa: bool = False,
 ) -> tuple[DiffResult, list[KernelDeepView]]:
     """Diff two loaded sides; with `kernel`, also the deep views of the first `limit` kernels it names
-    (in report order: worst first)."""
+    (in report order: worst first; `raw_isa`: their ISA diffed as the files hold it, kdb/diff/isa.py)."""
     with without_cycle_collector():
         result, rows = compare(
             sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
         )
-        views = deep_views(result, rows, sa, sb, kernel, limit) if kernel else []
+        views = deep_views(result, rows, sa, sb, kernel, limit, raw_isa) if kernel else []
     return result, views
 
 
 # -- deep view ----------------------------------------------------------------------------------------
 def select(result: DiffResult, pattern: str) -> list[KernelDiff]:
-    """The kernels a --kernel pattern names: a name, a glob of names, or a cache-key prefix (6+ characters) of
-    either side."""
+    """The kernels a --kernel pattern names: a name, a glob of names, or a prefix (4+ characters, any case) of
+    either side's cache key or of its folder name (the last part of a nested key), as `kdb show --kernel`
+    takes it: every key the reports print selects its kernel."""
+    prefix = pattern.upper() if len(pattern) >= 4 else None
     out = []
     for kd in result.kernels:
-        keys = [kd.a_cache_key or "", kd.b_cache_key or ""]
+        keys = [k.upper() for k in (kd.a_cache_key, kd.b_cache_key) if k]
         if (
-            fnmatch.fnmatchcase(kd.name, pattern)
-            or kd.name == pattern
-            or any(k and (k == pattern or k.startswith(pattern)) for k in keys if len(pattern) >= 6)
+            kd.name == pattern
+            or fnmatch.fnmatchcase(kd.name, pattern)
+            or (prefix and any(k.startswith(prefix) or k.rsplit("/", 1)[-1].startswith(prefix) for k in keys))
         ):
             out.append(kd)
     return out
@@ -353,11 +366,12 @@ def deep_views(
     sb: Side,
     pattern: str,
     limit: int | None = None,
+    raw_isa: bool = False,
 ) -> list[KernelDeepView]:
     chosen = select(result, pattern)
     if not chosen:
         raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
-    return views_of(result, kernel_rows, sa, sb, chosen[:limit] if limit is not None else chosen)
+    return views_of(result, kernel_rows, sa, sb, chosen[:limit] if limit is not None else chosen, raw_isa)
 
 
 def report_sides(
@@ -383,6 +397,7 @@ def views_of(
     sa: Side,
     sb: Side,
     chosen: list[KernelDiff],
+    raw_isa: bool = False,
 ) -> list[KernelDeepView]:
     views = []
     for kd in chosen:
@@ -403,6 +418,12 @@ def views_of(
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
         tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)
+        if raw_isa:  # the files as the compiler wrote them
+            ta = sa.raw_text(a["cache_key"], kind_a) if a and kind_a else None
+            tb = sb.raw_text(b["cache_key"], kind_b) if b and kind_b else None
+        else:
+            ta = diff_text(ta, kind_a) if ta is not None else None
+            tb = diff_text(tb, kind_b) if tb is not None else None
         isa = "".join(
             difflib.unified_diff(
                 ((ta or "") + "\n").splitlines(keepends=True) if ta else [],
@@ -423,6 +444,7 @@ def views_of(
                 mix_rows=rows,
                 isa_diff=isa,
                 isa_kind=kind_a or kind_b,
+                isa_raw=raw_isa,
             )
         )
     return views

@@ -7,7 +7,7 @@ Pure functions."""
 from __future__ import annotations
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
-from kdb.diff.terminal import HEADERS, TableOptions, kernel_key, row, rows_shown, rules_line, summary_line
+from kdb.diff.terminal import HEADERS, TableOptions, row, rows_shown, rules_line, summary_line
 from kdb.diff.views import view_markdown
 from kdb.diff.winners import config_text, listed, resources_text, timing_text, winners_summary
 from kdb.render.tables import elide_end, elide_middle
@@ -24,9 +24,9 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _md_row(k: KernelDiff) -> str:
-    cells = row(k)
-    cells[1] = elide_middle(cells[1], NAME_WIDTH)
+def _md_row(r: DiffResult, k: KernelDiff) -> str:
+    cells = row(k, r.key_of(k))
+    cells[2] = elide_middle(cells[2], NAME_WIDTH, 0.35)
     cells[-1] = elide_end(cells[-1], REASON_WIDTH)
     return "| " + " | ".join(_esc(c) for c in cells) + " |\n"
 
@@ -67,7 +67,7 @@ def _fired(r: DiffResult, budget: _Budget) -> None:
         listed = 0
         for k in hits[:FIRED_LISTED]:
             line = (
-                f"- `{_esc(elide_middle(k.name, NAME_WIDTH))}` `{kernel_key(k)}` — {k.status.label}: "
+                f"- `{r.key_of(k)}` `{_esc(elide_middle(k.name, NAME_WIDTH, 0.35))}` — {k.status.label}: "
                 f"{_esc(elide_end(k.reason or '', REASON_WIDTH))}\n"
             )
             if not budget.fits(line, 4 * _TRAILER):
@@ -139,7 +139,7 @@ def render_markdown(
         b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + _HEAD)
         shown = 0
         for k in changed[:top]:
-            line = _md_row(k)
+            line = _md_row(r, k)
             if not b.fits(line, 3 * _TRAILER):
                 break
             b.add(line)
@@ -149,7 +149,7 @@ def render_markdown(
             b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + _HEAD)
             folded = 0
             for k in rest:
-                line = _md_row(k)
+                line = _md_row(r, k)
                 if not b.fits(line, 2 * _TRAILER):
                     break
                 b.add(line)
@@ -163,7 +163,7 @@ def render_markdown(
             )
     unpaired = [f"{r.count(s)} {s.label}" for s in UNPAIRED if r.count(s)]
     notes = [f"{r.count(Status.SAME)} same"] + unpaired
-    b.add(f"\n{', '.join(notes)} (`--format json` lists them).\n")
+    b.add(f"\n{', '.join(notes)} not listed (`--format json` lists them).\n")
     if r.winners:
         _winners(r, b, top)
     views = views or []

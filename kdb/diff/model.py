@@ -5,9 +5,10 @@ Every value here is frozen; the engine builds them, the rules classify them, the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 # Facts compared per matched pair, in display order.
@@ -51,10 +52,33 @@ UNKNOWN_STAGES: dict[str, tuple[str, ...]] = {
 FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS
 
 
-def short_key(key: str | None) -> str:
-    """The first 6 characters of the kernel's folder name (Inductor caches nest it: `triton/0/<folder>`);
-    `kdb show --kernel PREFIX` takes it back."""
-    return key.rsplit("/", 1)[-1][:6] if key else "-"
+KEY_LENGTH = 6  # the shortest key kdb prints
+
+
+def short_key(key: str | None, length: int = KEY_LENGTH) -> str:
+    """The first `length` characters of the kernel's folder name (Inductor caches nest it: `triton/0/<folder>`);
+    `kdb show --kernel KEY` and `kdb diff --kernel KEY` take it back (any case)."""
+    return key.rsplit("/", 1)[-1][:length] if key else "-"
+
+
+def key_length(keys: Iterable[str], minimum: int = KEY_LENGTH) -> int:
+    """The shortest length, at least `minimum`, at which the folder-name prefix of every key names that folder
+    alone: no other folder name, and no other whole cache key, starts with it (compared in upper case, as the
+    lookups compare). Every key printed at this length is accepted by `kdb show` and `kdb diff --kernel`."""
+    folders: dict[str, set[str]] = {}  # folder name (upper case) -> the whole keys that end with it
+    for key in keys:
+        folders.setdefault(key.rsplit("/", 1)[-1].upper(), set()).add(key.upper())
+    longest = max((len(f) for f in folders), default=minimum)
+    length = minimum
+    while length < longest:
+        owners: dict[str, set[str]] = {}
+        for folder, whole in folders.items():
+            for text in {folder, *whole}:
+                owners.setdefault(text[:length], set()).add(folder)
+        if all(owners[folder[:length]] == {folder} for folder in folders):
+            return length
+        length += 1
+    return max(length, minimum)
 
 
 DEFAULT_MIN_MATCH = 0.5
@@ -308,21 +332,42 @@ class DiffResult:
 
     @property
     def summary(self) -> dict[str, int]:
-        counts = dict.fromkeys(REPORT_STATUSES, 0)
-        regressed = improved = 0
-        for k in self.kernels:
-            counts[k.status.report_status] += 1
-            regressed += k.status.worse
-            improved += k.status is Status.IMPROVED
+        """The JSON `summary`. Its first seven keys are the contract of schema version 1 (`matched` is `same`;
+        `regressed` counts `mixed` too); `same`, `mixed`, `neutral` and `kernels` were added so that every
+        status the table shows is counted under its own name: same + regressed + improved + neutral + only_a +
+        only_b + ambiguous = kernels (mixed is part of regressed)."""
+        counts = self.status_counts
         return {
-            "matched": counts["matched"],
-            "changed": counts["changed"],
-            "regressed": regressed,
-            "improved": improved,
-            "only_a": counts["only_a"],
-            "only_b": counts["only_b"],
-            "ambiguous": counts["ambiguous"],
+            "matched": counts[Status.SAME],
+            "changed": sum(counts[s] for s in _CHANGED),
+            "regressed": counts[Status.REGRESSED] + counts[Status.MIXED],
+            "improved": counts[Status.IMPROVED],
+            "only_a": counts[Status.ONLY_IN_A],
+            "only_b": counts[Status.ONLY_IN_B],
+            "ambiguous": counts[Status.AMBIGUOUS],
+            "same": counts[Status.SAME],
+            "mixed": counts[Status.MIXED],
+            "neutral": counts[Status.NEUTRAL],
+            "kernels": len(self.kernels),
         }
+
+    @cached_property
+    def status_counts(self) -> dict[Status, int]:
+        """Kernels per status, every status present (0 included), in Status order: they add up to the kernels."""
+        counts = dict.fromkeys(Status, 0)
+        for k in self.kernels:
+            counts[k.status] += 1
+        return counts
+
+    @cached_property
+    def key_length(self) -> int:
+        """How many characters of a folder name the reports print as a kernel's key (kdb/diff/model.key_length)."""
+        keys = [key for k in self.kernels for key in (k.a_cache_key, k.b_cache_key) if key]
+        return key_length(keys)
+
+    def key_of(self, k: KernelDiff) -> str:
+        """The key printed for a kernel: side A's folder, else side B's, at `key_length` characters."""
+        return short_key(k.a_cache_key or k.b_cache_key, self.key_length)
 
     @property
     def paired(self) -> int:
@@ -340,5 +385,6 @@ class KernelDeepView:
     triton_json_diff: dict[str, Any]
     co_metadata_diff: dict[str, Any]
     mix_rows: list[dict[str, Any]]  # mnemonic, grp, a, b, delta
-    isa_diff: str  # unified diff of the normalised ISA
+    isa_diff: str  # unified diff of the ISA, normalised (kdb/diff/isa.py) unless isa_raw
     isa_kind: str | None
+    isa_raw: bool = False  # `--raw-isa`: the files as the compiler wrote them

@@ -18,9 +18,11 @@ SCHEMA_VERSION = 1
 __all__ = ["FORMATS", "TableOptions", "document", "render_csv", "render_diff", "render_markdown", "summary_line"]
 
 
-def kernel_document(k: KernelDiff) -> dict[str, Any]:
+def kernel_document(k: KernelDiff, key: str | None = None) -> dict[str, Any]:
     return {
         "status": k.status.report_status,
+        "label": k.status.label,
+        "key": key,
         "verdict": k.status.verdict,
         "severity": k.severity,
         "name": k.name,
@@ -56,7 +58,7 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
         "unknown_rules": r.unknown_rules,
         "allow_unknown": r.allow_unknown,
         "assumptions": r.assumptions,
-        "kernels": [kernel_document(k) for k in r.kernels],
+        "kernels": [kernel_document(k, r.key_of(k)) for k in r.kernels],
         "winners": [winner_document(w) for w in r.winners],
     }
     if views:
@@ -120,12 +122,15 @@ def view_document(v: KernelDeepView) -> dict[str, Any]:
         "co_metadata_diff": v.co_metadata_diff,
         "mix": v.mix_rows,
         "isa_kind": v.isa_kind,
+        "isa_raw": v.isa_raw,
         "isa_diff": v.isa_diff,
     }
 
 
 CSV_HEAD = [
     "status",
+    "label",
+    "key",
     "verdict",
     "severity",
     "name",
@@ -152,6 +157,8 @@ def render_csv(r: DiffResult) -> str:
     for k in r.kernels:
         row: list[Any] = [
             k.status.report_status,
+            k.status.label,
+            r.key_of(k),
             k.status.verdict,
             k.severity,
             k.name,

@@ -3,13 +3,16 @@ decides the width, colour and pager, and passes them in (TableOptions); nothing 
 
 from __future__ import annotations
 
+import re
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff, short_key
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
 from kdb.diff.winners import listed, winner_lines, winners_summary
-from kdb.render.tables import elide_end, elide_middle, fitted_table, paint
+from kdb.render.tables import elide_end, elide_middle, fitted_table, paint, shared_prefix
 
 ONLY = ("regressed", "improved", "changed", "fired", "new-spills", "unmatched")
 DEFAULT_WIDTH = 100
@@ -22,12 +25,35 @@ STYLE = {
     Status.ONLY_IN_B: "cyan",
     Status.AMBIGUOUS: "cyan",
 }
-HEADERS = ["status", "kernel", "VGPRs", "AGPRs", "SGPRs", "vspill", "sspill", "scratch", "occupancy", "stage", "reason"]
-_NAME, _STAGE, _REASON = 1, len(HEADERS) - 2, len(HEADERS) - 1
+HEADERS = [
+    "status",
+    "key",
+    "kernel",
+    "VGPRs",
+    "AGPRs",
+    "SGPRs",
+    "vspill",
+    "sspill",
+    "scratch",
+    "occupancy",
+    "stage",
+    "reason",
+]
+_KEY, _NAME, _STAGE, _REASON = 1, 2, len(HEADERS) - 2, len(HEADERS) - 1
+# Columns left out, in this order, while status, key, NAME_FLOOR of the name and REASON_FLOOR of the reason do
+# not fit: the reason names the deltas that decided the verdict, so the figures go first, least telling first.
+OPTIONAL = [_STAGE, HEADERS.index("AGPRs"), HEADERS.index("sspill"), HEADERS.index("SGPRs")]
+OPTIONAL += [HEADERS.index("scratch"), HEADERS.index("vspill"), HEADERS.index("occupancy"), HEADERS.index("VGPRs")]
+NAME_FLOOR = 20
+REASON_FLOOR = 24
 LEGEND = (
-    "kernel: name and cache key (kdb show TAG --kernel KEY); vspill/sspill: VGPR/SGPR spills; scratch in bytes; "
-    "occupancy: waves per SIMD and its limiter; AGPRs are part of VGPRs on gfx90a+"
+    "key: the kernel's cache key (kdb show TAG --kernel KEY, kdb diff A B --kernel KEY); vspill/sspill: VGPR/SGPR "
+    "spills; scratch in bytes; occupancy: waves per SIMD and its limiter; AGPRs are part of VGPRs on gfx90a+"
 )
+NAME_HEAD_SHARE = 0.35  # an elided name keeps more of its tail (Inductor's distinguishing suffix) than its head
+# Inductor's generated kernels: triton_{poi,per,red,tem,...}_fused_<ops>_<n>; shown as `poi:<ops>_<n>`.
+_INDUCTOR_NAME = re.compile(r"^triton_([a-z]{3})_fused_(?=.)")
+INDUCTOR_NOTE = "poi:/per:/red:/tem: = triton_poi_fused_ … (Inductor's pointwise, persistent, reduction, template)"
 _NEW_SPILLS = Rule("new-spills", "new-spills")
 FIRED_LISTED = 20
 
@@ -42,11 +68,30 @@ class TableOptions:
 
 
 def summary_line(r: DiffResult) -> str:
-    s = r.summary
-    return (
-        f"same {s['matched']}, changed {s['changed']}, regressed {s['regressed']}, improved {s['improved']}, "
-        f"only in A {s['only_a']}, only in B {s['only_b']}, ambiguous {s['ambiguous']}"
-    )
+    """Every status with its count, in the words of the table; the counts add up to the kernels compared."""
+    counts = r.status_counts
+    n = len(r.kernels)
+    return f"{n} kernel{'s' * (n != 1)}: " + ", ".join(f"{s.label} {counts[s]}" for s in Status)
+
+
+def display_names(names: Sequence[str]) -> tuple[list[str], str]:
+    """Names as a column shows them, and a note of what was dropped: Inductor's `triton_poi_fused_` as `poi:`,
+    and the prefix every name shares (at a `_`), so that what tells the kernels apart survives elision."""
+    prefix = shared_prefix(names)
+    out, notes = [], []
+    inductor = False
+    for n in names:
+        short = _INDUCTOR_NAME.sub(r"\1:", n)
+        if short != n:
+            inductor = True
+        elif prefix and len(n) > len(prefix):
+            short = n[len(prefix) :]
+        out.append(short)
+    if prefix and any(not _INDUCTOR_NAME.match(n) and len(n) > len(prefix) for n in names):
+        notes.append(f"names without the prefix {prefix} every row shares")
+    if inductor:
+        notes.append(INDUCTOR_NOTE)
+    return out, ("kernel: " + "; ".join(notes)) if notes else ""
 
 
 def assumption_text(r: DiffResult, color: bool = False) -> str:
@@ -65,10 +110,6 @@ def rules_line(r: DiffResult) -> str:
             f"(a figure they read could not be computed: {outcome})"
         )
     return text
-
-
-def kernel_key(k: KernelDiff) -> str:
-    return short_key(k.a_cache_key or k.b_cache_key)
 
 
 def selected(k: KernelDiff, only: str | None) -> bool:
@@ -129,11 +170,13 @@ def _cuda(k: KernelDiff) -> bool:
     return facts is not None and facts.backend == "cuda"
 
 
-def row(k: KernelDiff) -> list[str]:
+def row(k: KernelDiff, key: str, name: str | None = None) -> list[str]:
+    """The table's cells of one kernel: `key` as DiffResult.key_of prints it, `name` as display_names shows it."""
     cuda = _cuda(k)
     return [
         k.status.label,
-        f"{k.name} {kernel_key(k)}",
+        key,
+        k.name if name is None else name,
         _pair(k, "registers" if cuda else "vgpr_count"),
         "" if cuda else _pair(k, "agpr_count"),
         "" if cuda else _pair(k, "sgpr_count"),
@@ -173,7 +216,8 @@ def _fired_section(r: DiffResult, opts: TableOptions) -> str:
         out += paint(f"fired {rule}: {len(hits)} kernel{'s' * (len(hits) != 1)}", "red", opts.color) + "\n"
         for k in hits[:FIRED_LISTED]:
             name_width = max(min(len(k.name), opts.width // 2), 12)
-            text = f"  {elide_middle(k.name, name_width)} {kernel_key(k)}  {k.status.label}: {k.reason or ''}"
+            name = elide_middle(k.name, name_width, NAME_HEAD_SHARE)
+            text = f"  {r.key_of(k)} {name}  {k.status.label}: {k.reason or ''}"
             out += elide_end(text.rstrip(), opts.width) + "\n"
         if len(hits) > FIRED_LISTED:
             out += f"  … and {len(hits) - FIRED_LISTED} more (--only fired lists them)\n"
@@ -199,17 +243,28 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     if r.fired:
         out += "\n" + _fired_section(r, opts)
     shown, cut = rows_shown(r, opts)
+    name_note = ""
+    left_out: list[str] = []
     if shown:
         width = max(opts.width, 40)
+        names, name_note = display_names([k.name for k in shown])
+        cells = [row(k, r.key_of(k), name) for k, name in zip(shown, names, strict=True)]
+        # columns with nothing to say on any row (AGPRs 0 everywhere, an NVIDIA diff's SGPRs) are not drawn
+        blank = {i for i in range(3, _REASON) if all(c[i] in ("", "0") for c in cells)}
+        columns = [i for i in range(len(HEADERS)) if i not in blank]
+        at = {i: j for j, i in enumerate(columns)}
         out += "\n" + fitted_table(
-            HEADERS,
-            [row(k) for k in shown],
+            [HEADERS[i] for i in columns],
+            [[c[i] for i in columns] for c in cells],
             width,
-            elide={_NAME: ("middle", 12), _REASON: ("end", 12)},
-            optional=[_STAGE],
-            right=range(2, 8),
+            elide={at[_NAME]: ("middle", NAME_FLOOR), at[_REASON]: ("end", REASON_FLOOR)},
+            optional=[at[i] for i in OPTIONAL if i in at],
+            right=[at[i] for i in range(3, 9) if i in at],
             row_styles=[STYLE.get(k.status) for k in shown],
             color=opts.color,
+            wrap=[at[_REASON]],
+            head_share=NAME_HEAD_SHARE,
+            dropped=left_out,
         )
     elif opts.only:
         out += f"\nno kernel is {opts.only}\n"
@@ -223,8 +278,14 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     if unpaired and not opts.show_all and opts.only in (None, "changed"):
         counts = ", ".join(f"{r.count(s)} {s.label}" for s in unpaired)
         notes.append(f"{counts} not shown (--all lists them)")
+    if left_out:
+        notes.append(
+            textwrap.fill(f"left out at {opts.width} columns: {', '.join(left_out)} (wider: COLUMNS=160)", opts.width)
+        )
+    if name_note:
+        notes.append(textwrap.fill(name_note, max(opts.width, 40)))
     if shown:
-        notes.append(elide_end(LEGEND, max(opts.width, 40)) if opts.width < len(LEGEND) else LEGEND)
+        notes.append(textwrap.fill(LEGEND, max(opts.width, 40)))
     if any(_cuda(k) for k in shown):
         notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
     if notes:

@@ -2,6 +2,11 @@
 
 Tiers, most serious first; a kernel's verdict is decided by the most serious tier in which anything changed:
 
+0. **launch**: a kernel that could launch on A cannot on B (occupancy 0: its LDS or shared-memory request, or
+   another limit, exceeds what one workgroup may have) -> `regressed` above every other regression; one that
+   could not and now can -> `improved`. A kernel that cannot launch on either side keeps the verdict of its
+   facts, but its reason says so first and it ranks after every launchable kernel (UNLAUNCHABLE_SCALE and
+   kdb/diff/engine.py's report order): a kernel that could never run is not an upgrade's worst regression.
 1. **spills**: VGPR spills or scratch (AMD), local memory or stack (NVIDIA) start or grow -> `regressed`,
    whatever else improved; they shrink -> `improved` (or `mixed` if occupancy dropped too).
 2. **occupancy**: fewer waves per SIMD / warps per SM -> `regressed`; more -> `improved`. The launch
@@ -21,9 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+LAUNCH_TIER = 4_000_000.0
 SPILL_TIER = 3_000_000.0
 OCCUPANCY_TIER = 2_000_000.0
 RESOURCE_TIER = 1_000_000.0
+UNLAUNCHABLE_SCALE = 1e-7  # the severity of a kernel that cannot launch on either side: below every tier
 
 
 @dataclass(frozen=True)
@@ -94,8 +101,41 @@ def occupancy_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[_Chang
     return None
 
 
+def launchable(row: Mapping[str, Any]) -> bool | None:
+    """Whether the kernel can launch at all: False when its launch occupancy is 0 (what one workgroup asks
+    exceeds what it may have), None when the launch occupancy is unknown."""
+    occupancy = _num(row, "occupancy")
+    return None if occupancy is None else occupancy > 0
+
+
+def why_unlaunchable(row: Mapping[str, Any]) -> str:
+    """`asks 98304 B of LDS`, `asks 232448 B of shared memory`, else the limiter that reached 0."""
+    limiter = row.get("occupancy_limiter")
+    shared = _num(row, "shared")
+    if limiter in ("lds", "shared") and shared is not None:
+        return f"asks {_fmt(shared)} B of {'shared memory' if row.get('backend') == 'cuda' else 'LDS'}"
+    return f"limited by {limiter}" if limiter else "occupancy 0"
+
+
 def classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
     """Verdict, severity and reason for a paired kernel whose facts changed (rows of the `kernels` view)."""
+    la, lb = launchable(a), launchable(b)
+    if la is True and lb is False:
+        return Verdict("regressed", LAUNCH_TIER + 1, f"cannot launch any more: {why_unlaunchable(b)}")
+    if la is False and lb is True:
+        occupancy = _fmt(_num(b, "occupancy"))
+        return Verdict("improved", -LAUNCH_TIER, f"can launch now (occupancy 0→{occupancy}; A {why_unlaunchable(a)})")
+    verdict = _classify(a, b)
+    if la is False and lb is False:
+        return Verdict(
+            verdict.verdict,
+            verdict.severity * UNLAUNCHABLE_SCALE,
+            f"cannot launch on either side (A {why_unlaunchable(a)}, B {why_unlaunchable(b)}); {verdict.reason}",
+        )
+    return verdict
+
+
+def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
     backend = b.get("backend") or a.get("backend")
     spills = _changes(a, b, spill_columns(backend))
     spills_up = [c for c in spills if c.delta > 0]

@@ -64,6 +64,12 @@ def isa_lines(v: KernelDeepView, limit: int = ISA_LINES) -> tuple[list[str], int
     return lines[:limit], max(len(lines) - limit, 0), hunks
 
 
+def isa_title(v: KernelDeepView) -> str:
+    if v.isa_raw:
+        return f"raw ISA ({v.isa_kind or 'none'}, as compiled)"
+    return f"normalised ISA ({v.isa_kind or 'none'}; registers by first use, no branch targets; --raw-isa: as compiled)"
+
+
 def _mix(v: KernelDeepView) -> tuple[list[list[Any]], int]:
     changed = [r for r in v.mix_rows if r["delta"]]
     rows = [[r["mnemonic"], r["grp"], r["a"], r["b"], r["delta"]] for r in changed[:MIX_ROWS]]
@@ -89,7 +95,7 @@ def view_text(v: KernelDeepView, width: int = 100) -> str:
         if unchanged:
             out += f"  {unchanged} more mnemonics not shown (unchanged or below the first {MIX_ROWS})\n"
     shown, left, hunks = isa_lines(v)
-    out += f"\nnormalised ISA ({v.isa_kind or 'none'}) diff: "
+    out += f"\n{isa_title(v)} diff: "
     if not shown:
         out += "identical\n"
     else:
@@ -123,7 +129,7 @@ def view_markdown(v: KernelDeepView, room: int) -> str:
     shown, left, hunks = isa_lines(v)
     isa = ""
     if shown:
-        isa = f"\n**normalised ISA ({v.isa_kind or 'none'})**, {hunks} hunks:\n\n```diff\n"
+        isa = f"\n**{isa_title(v)}**, {hunks} hunks:\n\n```diff\n"
         budget = room - len(head) - len(body) - len(tail) - len(isa) - 120
         used = 0
         for i, line in enumerate(shown):

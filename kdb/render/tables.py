@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -141,7 +142,7 @@ def render_rows(
     return table_text(columns, rows, title, width)
 
 
-# -- fitted tables: one line per row, never wrapped -----------------------------------------------------
+# -- fitted tables: one line per row (two where a wrap column needs it) -----------------------------------------------------
 ANSI = {"red": "\x1b[31m", "green": "\x1b[32m", "yellow": "\x1b[33m", "cyan": "\x1b[36m", "dim": "\x1b[2m"}
 ANSI["bold"] = "\x1b[1m"
 ANSI_RESET = "\x1b[0m"
@@ -153,13 +154,14 @@ def paint(text: str, style: str | None, color: bool) -> str:
     return f"{ANSI[style]}{text}{ANSI_RESET}" if color and style else text
 
 
-def elide_middle(text: str, width: int) -> str:
-    """`text` in at most `width` characters, its middle replaced by `…` (names keep their head and tail)."""
+def elide_middle(text: str, width: int, head_share: float = 0.5) -> str:
+    """`text` in at most `width` characters, its middle replaced by `…` (names keep their head and tail;
+    `head_share` of the room goes to the head, the rest to the tail)."""
     if len(text) <= width:
         return text
     if width <= 1:
         return "…"[:width]
-    head = width // 2
+    head = min(max(int(width * head_share), 1), width - 1)
     tail = width - 1 - head
     return text[:head] + "…" + (text[len(text) - tail :] if tail else "")
 
@@ -168,6 +170,31 @@ def elide_end(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: max(width - 1, 0)] + "…" if width > 0 else ""
+
+
+def shared_prefix(names: Sequence[str], sep: str = "_") -> str:
+    """The longest prefix all of `names` (two or more distinct) share that ends with `sep`: what a column of
+    them can drop without losing what tells them apart (a name that is the prefix alone is shown whole)."""
+    if len(set(names)) < 2:
+        return ""
+    common = os.path.commonprefix(list(names))
+    return common[: common.rfind(sep) + 1]
+
+
+def wrap_cell(text: str, width: int, lines: int = 2) -> list[str]:
+    """`text` in at most `lines` lines of `width` characters, broken after a space or comma where one is in
+    the second half of a line; the last line is elided at its end when the text is longer still."""
+    out: list[str] = []
+    rest = text
+    while rest and len(out) < lines - 1 and len(rest) > width:
+        cut = max(rest.rfind(" ", 0, width + 1), rest.rfind(",", 0, width) + 1)
+        if cut <= width // 2:
+            cut = width
+        out.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest or not out:
+        out.append(elide_end(rest, width))
+    return out
 
 
 def fitted_table(
@@ -180,11 +207,16 @@ def fitted_table(
     right: Sequence[int] = (),
     row_styles: Sequence[str | None] | None = None,
     color: bool = False,
+    wrap: Sequence[int] = (),
+    head_share: float = 0.5,
+    dropped: list[str] | None = None,
 ) -> str:
     """An aligned table of one line per row within `width` characters. When too wide: the gap narrows to one
     space, the `optional` columns are dropped (in that order) while that is not enough, then the columns named in
-    `elide` (index -> ("middle" | "end", minimum width)) shrink, widest first, their cells elided; a line still
-    too long is cut. Only the first cell of a row is painted with its style."""
+    `elide` (index -> ("middle" | "end", minimum width)) shrink, widest first (a `wrap` column counts half its
+    width: its cells take a second line before they are elided at its end); a line still too long is cut.
+    Only the first cell of a row is painted with its style; `head_share` is what middle elision keeps of the head;
+    the headers of the optional columns left out are appended to `dropped`."""
     elide = elide or {}
     cells = [[_cell(v).replace("\n", " ") for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
@@ -200,12 +232,14 @@ def fitted_table(
         if sum(floor(j) for j in keep) + gap * (len(keep) - 1) <= width:
             break
         keep.remove(i)
+        if dropped is not None:
+            dropped.append(headers[i])
     over = sum(widths[i] for i in keep) + gap * (len(keep) - 1) - width
     while over > 0:
         shrinkable = [i for i in keep if i in elide and widths[i] > floor(i)]
         if not shrinkable:
             break
-        i = max(shrinkable, key=lambda j: widths[j])
+        i = max(shrinkable, key=lambda j: widths[j] / 2 if j in wrap else widths[j])
         widths[i] -= 1
         over -= 1
 
@@ -214,15 +248,24 @@ def fitted_table(
         for i in keep:
             how = elide.get(i, ("end", 0))[0]
             v = values[i]
-            text = elide_middle(v, widths[i]) if how == "middle" else elide_end(v, widths[i])
+            text = elide_middle(v, widths[i], head_share) if how == "middle" else elide_end(v, widths[i])
             parts.append(text.rjust(widths[i]) if i in right else text.ljust(widths[i]))
         plain = elide_end((" " * gap).join(parts).rstrip(), width)
         first = len(plain) if whole else min(len(parts[0].rstrip()), len(plain))
         return paint(plain[:first], style, color) + plain[first:]
 
+    def lines(values: list[str], style: str | None) -> list[str]:
+        wrapped = {i: wrap_cell(values[i], widths[i]) for i in wrap if i in keep and len(values[i]) > widths[i]}
+        if not wrapped:
+            return [line(values, style)]
+        first = [wrapped[i][0] if i in wrapped else v for i, v in enumerate(values)]
+        second = [wrapped[i][1] if i in wrapped and len(wrapped[i]) > 1 else "" for i in range(len(values))]
+        return [line(first, style), line(second, None)]
+
     out = [line(list(headers), "bold", whole=True)]
     styles = list(row_styles) if row_styles is not None else [None] * len(cells)
-    out += [line(r, s) for r, s in zip(cells, styles, strict=True)]
+    for r, s in zip(cells, styles, strict=True):
+        out += lines(r, s)
     return "\n".join(out) + "\n"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status
-from kdb.diff.terminal import kernel_key, occupancy_cell, occupancy_text, row, short_key
+from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, key_length, short_key
+from kdb.diff.terminal import display_names, occupancy_cell, occupancy_text, row
 from kdb.diff.views import deepdiff_lines, fact_rows
 
 VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
@@ -43,11 +43,12 @@ def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
     for rank, k in enumerate(r.kernels):
         if k.status is Status.SAME:
             continue
-        cells = row(k)
+        cells = row(k, r.key_of(k))
         col = _reg_column(k)
         b = k.b or k.a
         sort = [
             rank,
+            cells[1],
             k.name,
             _num(b.get(col)) if b else None,
             _num(b.get("agpr_count")) if b else None,
@@ -100,7 +101,7 @@ def vgpr_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
         xa, xb = _num(k.a.get(col)), _num(k.b.get(col))
         if xa is None or xb is None:
             continue
-        out[k.status.label].append({"x": xa, "y": xb, "text": f"{k.name} {kernel_key(k)}", "id": rank})
+        out[k.status.label].append({"x": xa, "y": xb, "text": f"{r.key_of(k)} {k.name}", "id": rank})
     return out
 
 
@@ -137,8 +138,22 @@ def spill_changes(r: DiffResult) -> list[dict[str, Any]]:
             a, b = _num(k.a.get(col)), _num(k.b.get(col))
             deltas[label] = (b - a) if a is not None and b is not None else 0.0
         if any(deltas.values()):
-            out.append({"kernel": f"{k.name} {kernel_key(k)}", **deltas})
-    return out
+            out.append({"kernel": k.name, "key": r.key_of(k), **deltas})
+    return with_labels(out)
+
+
+LABEL_WIDTH = 36  # characters of a bar chart's category label: the key, then the name's distinguishing end
+
+
+def with_labels(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each item (`kernel`, `key`) with a `label`: `KEY name`, the names without what every one shares, elided in
+    the middle to LABEL_WIDTH (the key is what tells two labels apart, and what `kdb show --kernel` takes)."""
+    from kdb.render.tables import elide_middle
+
+    names, _ = display_names([x["kernel"] for x in items])
+    for x, name in zip(items, names, strict=True):
+        x["label"] = f"{x['key']} {elide_middle(name, LABEL_WIDTH - len(x['key']) - 1, 0.35)}"
+    return items
 
 
 def mix_shifts(r: DiffResult) -> dict[str, int]:
@@ -156,11 +171,12 @@ def summary_counts(r: DiffResult) -> dict[str, int]:
 
 
 # -- one snapshot -------------------------------------------------------------------------------------
-SNAPSHOT_HEADERS = ["kernel", "VGPRs", "AGPRs", "SGPRs", "vspill", "sspill", "scratch", "occupancy", "LDS"]
+SNAPSHOT_HEADERS = ["key", "kernel", "VGPRs", "AGPRs", "SGPRs", "vspill", "sspill", "scratch", "occupancy", "LDS"]
 
 
 def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
+    length = key_length(k["cache_key"] for k in kernels)
     for i, k in enumerate(kernels):
         cuda = k.get("backend") == "cuda"
         vgpr = k.get("registers") if cuda else k.get("vgpr_count")
@@ -168,7 +184,8 @@ def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
         occ = occupancy_text(k.get("occupancy"), k.get("occupancy_limiter"))
         lim = k.get("occupancy_limiter") or ""
         cells = [
-            f"{k['name']} {short_key(k['cache_key'])}",
+            short_key(k["cache_key"], length),
+            k["name"],
             vgpr,
             k.get("agpr_count"),
             k.get("sgpr_count"),
@@ -179,8 +196,8 @@ def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
             k.get("shared") if cuda else k.get("lds_static"),
         ]
         sort: list[Any] = [c if isinstance(c, (int, float)) else None for c in cells]
-        sort[0] = cells[0]
-        sort[7] = _num(k.get("occupancy"))
+        sort[0], sort[1] = cells[0], cells[1]
+        sort[8] = _num(k.get("occupancy"))
         out.append({"id": i, "status": "", "cells": ["" if c is None else str(c) for c in cells], "sort": sort})
     return out
 
@@ -206,12 +223,14 @@ def register_values(kernels: list[dict[str, Any]]) -> list[float]:
 
 def spilling(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
+    length = key_length(k["cache_key"] for k in kernels)
     for k in kernels:
         scratch = _num(k.get("local_bytes") if k.get("backend") == "cuda" else k.get("scratch_bytes")) or 0.0
         spills = (_num(k.get("vgpr_spill_count")) or 0.0) + (_num(k.get("sgpr_spill_count")) or 0.0)
         if scratch or spills:
-            out.append({"kernel": f"{k['name']} {short_key(k['cache_key'])}", "scratch": scratch, "spills": spills})
-    return sorted(out, key=lambda x: -x["scratch"])
+            key = short_key(k["cache_key"], length)
+            out.append({"kernel": k["name"], "key": key, "scratch": scratch, "spills": spills})
+    return with_labels(sorted(out, key=lambda x: -x["scratch"]))
 
 
 def occupancy_label(k: KernelDiff) -> str:

@@ -145,7 +145,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     fig = go.Figure(layout=_layout("spill and scratch changes (B − A)", barmode="group"))
     for label in ("VGPR spills", "SGPR spills", "scratch bytes"):
         fig.add_trace(
-            go.Bar(y=[c["kernel"] for c in changes], x=[c[label] for c in changes], name=label, orientation="h")
+            go.Bar(y=[c["label"] for c in changes], x=[c[label] for c in changes], name=label, orientation="h")
         )
     fig.update_layout(height=max(360, 60 + 24 * len(changes)))
     figs["plot-spills"], marks["plot-spills"] = _fig(fig), len(changes)
@@ -319,11 +319,9 @@ def snapshot_report(
     spill = data.spilling(kernels)
     fig = go.Figure(layout=_layout("spilling kernels", barmode="group"))
     fig.add_trace(
-        go.Bar(y=[s["kernel"] for s in spill], x=[s["scratch"] for s in spill], name="scratch bytes", orientation="h")
+        go.Bar(y=[s["label"] for s in spill], x=[s["scratch"] for s in spill], name="scratch bytes", orientation="h")
     )
-    fig.add_trace(
-        go.Bar(y=[s["kernel"] for s in spill], x=[s["spills"] for s in spill], name="spills", orientation="h")
-    )
+    fig.add_trace(go.Bar(y=[s["label"] for s in spill], x=[s["spills"] for s in spill], name="spills", orientation="h"))
     fig.update_layout(height=max(360, 60 + 24 * len(spill)))
     figs["plot-spilling"], marks["plot-spilling"] = _fig(fig), len(spill)
     rows = data.snapshot_rows(kernels)
