@@ -181,24 +181,20 @@ def hostile_statements(catalog: Path, targets: Path) -> list[str]:
     ]
 
 
-def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path: Path):
+def _check_refusals(home: Path, targets: Path, run_one) -> None:
+    """Run every hostile statement through `run_one(sql) -> (exit code, stdout, stderr)`: each refused with
+    one line and exit 2; afterwards the catalog byte-identical, the home as it was, the targets' folder empty."""
     catalog = home / "catalog.duckdb"
-    targets = tmp_path / "targets"
-    targets.mkdir()
     statements = hostile_statements(catalog, targets)
     assert len(statements) >= 40
     before_hash, before_home = _sha256(catalog), _listing(home)
     refused: list[str] = []
-    for i, sql in enumerate(statements):
-        log = tmp_path / f"trace-{i}.log"
-        # `--` so that a statement starting with a comment (`-- …`) is not read as an option
-        proc = _cli(home, "sql", "--format", "csv", "--", sql, prefix=traced(log))
-        lines = proc.stderr.splitlines()
-        assert proc.returncode == 2, (sql, proc.returncode, proc.stderr)
-        assert len(lines) == 1 and lines[0].startswith("kdb: error: "), (sql, proc.stderr)
-        assert "Traceback" not in proc.stderr and proc.stdout == "", (sql, proc.stdout)
-        assert trace_findings(log.read_text()) == [], sql
-        assert "catalog.duckdb" in log.read_text(), "the trace holds the kdb process"
+    for sql in statements:
+        code, out, err = run_one(sql)
+        lines = err.splitlines()
+        assert code == 2, (sql, code, err)
+        assert len(lines) == 1 and lines[0].startswith("kdb: error: "), (sql, err)
+        assert "Traceback" not in err and out == "", (sql, out)
         refused.append(lines[0])
     assert _sha256(catalog) == before_hash
     assert _listing(home) == before_home
@@ -208,13 +204,48 @@ def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path:
     assert sum("refused" in line for line in refused) >= 60, refused
     assert "refused COPY statement" in refused[0] and "--format csv > FILE" in refused[0]
     assert "refused DROP statement" in refused[statements.index("-- a comment\nDROP TABLE kernels")]
-    assert (
-        "refused ATTACH statement" in refused[statements.index(f"SELECT 1 /* ; */ ; aTtAcH '{targets}/z.duckdb' AS z")]
-    )
+    hidden = f"SELECT 1 /* ; */ ; aTtAcH '{targets}/z.duckdb' AS z"
+    assert "refused ATTACH statement" in refused[statements.index(hidden)]
     assert "refused USE statement" in refused[statements.index("USE system")]
     assert "file system operations are disabled" in refused[statements.index("SELECT * FROM glob('/etc/*')")]
 
 
+def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path: Path, capsys):
+    """The fast tier: the CLI in this process (`kdb.cli.run`, what `kdb` runs)."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+
+    def run_one(sql: str) -> tuple[int, str, str]:
+        # `--` so that a statement starting with a comment (`-- …`) is not read as an option
+        r = kdb(capsys, home, "sql", "--format", "csv", "--", sql)
+        return r.code, r.out, r.err
+
+    _check_refusals(home, targets, run_one)
+
+
+@pytest.mark.slow  # strace, a system package; a process per statement
+def test_hostile_statements_through_the_real_cli_write_nothing_and_connect_nowhere(home: Path, tmp_path: Path):
+    """Each statement in its own `python -m kdb sql` process under strace: besides the refusals, no file
+    created, written, renamed or removed anywhere, and no internet socket touched (DuckDB's extensions are
+    C++: only the system calls tell)."""
+    targets = tmp_path / "targets"
+    targets.mkdir()
+    logs: list[Path] = []
+
+    def run_one(sql: str) -> tuple[int, str, str]:
+        log = tmp_path / f"trace-{len(logs)}.log"
+        logs.append(log)
+        proc = _cli(home, "sql", "--format", "csv", "--", sql, prefix=traced(log))
+        text = log.read_text()
+        assert "catalog.duckdb" in text, "the trace holds the kdb process"
+        assert trace_findings(text) == [], sql
+        return proc.returncode, proc.stdout, proc.stderr
+
+    _check_refusals(home, targets, run_one)
+    assert len(logs) >= 40
+
+
+@pytest.mark.slow  # strace
 def test_the_trace_check_sees_writes_and_connections(tmp_path: Path):
     """The checker above can fail: a process that creates a file and one that connects are both caught."""
     log = tmp_path / "write.log"
@@ -358,6 +389,7 @@ def test_legitimate_queries_answer_right(home: Path, capsys, fmt: str):
     assert [int(r["col0"]) for r in _query(capsys, home, "VALUES (1), (2)", fmt)] == [1, 2]
 
 
+@pytest.mark.slow  # strace
 def test_the_duckdb_shell_is_guarded(home: Path, tmp_path: Path):
     """`kdb shell` runs the real duckdb-cli 1.5.5 read-only, external access off, configuration locked, in
     safe mode: every hostile line fails, nothing is written, no connection is tried, and it says how to save."""
@@ -425,6 +457,7 @@ def test_shell_refuses_a_shared_catalog_it_cannot_guard(tmp_path: Path):
     assert "kdb sql" in proc.stderr
 
 
+@pytest.mark.postgres  # and strace
 def test_shared_catalog_is_guarded_too(unpack_snapshot, tmp_path: Path):
     """A shared catalog (DuckLake on PostgreSQL): kdb attaches it, then the same lock; the PostgreSQL and
     DuckLake extensions' functions (a new connection to any server, file clean-up) and writes into the one
