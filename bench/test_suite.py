@@ -12,8 +12,9 @@ Tiers (each a `python -m pytest` of its own, as a contributor types it, plus the
   fast     -m "not slow" (the inner loop) on the warm cache;
   markers  -m MARKER for each marker of pyproject.toml that selects tests, on the warm cache.
 
-Every line gives the load average before the run: on a shared machine the figures are only as good as it
-was quiet. Not a timed test: nothing here asserts a time.
+Every line gives the wall time, the CPU time of pytest and every process it started (user + system: what a
+busy machine does not inflate), and the load average before and after: on a shared machine the wall times
+are only as good as it was quiet. Not a timed test: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,8 +39,14 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(label: str, args: list[str], env: dict[str, str]) -> dict:
     before = load()
+    cpu_before = cpu_s()
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
@@ -48,19 +56,23 @@ def run(label: str, args: list[str], env: dict[str, str]) -> dict:
         text=True,
     )
     wall = time.monotonic() - started
+    cpu = cpu_s() - cpu_before
     last = next((line for line in reversed(proc.stdout.splitlines()) if SUMMARY_RE.search(line)), "")
     counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in SUMMARY_RE.findall(last)}
     row = {
         "tier": label,
         "args": " ".join(args),
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
         "exit": proc.returncode,
         "counts": counts,
         "load_before": before,
         "load_after": load(),
     }
+    summary = last.strip("= ")[:70]
     print(
-        f"{label:<22} {wall:7.1f} s  exit {proc.returncode}  {last.strip('= ')[:70]:<70}  load {before} -> {row['load_after']}",
+        f"{label:<22} {wall:7.1f} s wall {cpu:7.1f} s CPU  exit {proc.returncode}  {summary:<70}  "
+        f"load {before} -> {row['load_after']}",
         flush=True,
     )
     if proc.returncode not in (0, 5):

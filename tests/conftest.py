@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 CHROMIUM = Path("/usr/bin/chromium")
 REQUIRE_ALL_TOOLS = "KDB_REQUIRE_ALL_TOOLS"
 # The one line of the README beside the test command, said by every skip for a missing system package.
-SYSTEM_PACKAGES = "apt-get install llvm-22 chromium postgresql-15"
+SYSTEM_PACKAGES = "apt-get install llvm-22 chromium postgresql-15 strace"
 
 
 def nvidia_tool_dir() -> Path | None:
@@ -76,6 +77,10 @@ TOOLS = {
         _pg_found,
         f"needs PostgreSQL's initdb/pg_ctl/postgres: apt-get install postgresql-15 (all tools: {SYSTEM_PACKAGES})",
     ),
+    "strace": (
+        lambda: shutil.which("strace") is not None,
+        f"needs strace: apt-get install strace (all tools: {SYSTEM_PACKAGES})",
+    ),
     "nvidia_tools": (
         lambda: nvidia_tool_dir() is not None,
         "needs cuobjdump/nvdisasm: pip install -e '.[test]' (kdb[nvidia]) or set KDB_CUDA_BIN",
@@ -88,10 +93,13 @@ FIXTURE_MARKS = {
     "llvm_bin": ("llvm",),
     "cuda_bin": ("nvidia_tools",),
 }
+# Tests sharing an expensive session fixture that is not cached on disk run on one xdist worker (--dist loadgroup).
+XDIST_GROUPS = {"same_target_diffs": "corpus-diffs", "pg": "postgres"}
 # Markers that put a test outside the fast tier (`-m "not slow"` needs no tool outside pip).
-SLOW_WITH = ("llvm", "browser", "postgres", "corpus_home")
+SLOW_WITH = ("llvm", "browser", "postgres", "strace", "corpus_home")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = {name: check() for name, (check, _) in TOOLS.items()}
     require = bool(os.environ.get(REQUIRE_ALL_TOOLS))
@@ -101,6 +109,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if fixture in fixtures:
                 for mark in marks:
                     item.add_marker(mark)
+        for fixture, group in XDIST_GROUPS.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
         names = {m.name for m in item.iter_markers()}
         if names & set(SLOW_WITH) and "slow" not in names:
             item.add_marker("slow")
@@ -127,11 +138,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             _BUILDER.append(builder)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Wait for the background build (another xdist worker may be waiting for it); stop it when interrupted."""
     for builder in _BUILDER:
-        if builder.poll() is None:
+        if builder.poll() is None and exitstatus == pytest.ExitCode.INTERRUPTED:
             builder.terminate()
-            builder.wait(timeout=60)
+        if builder.wait() == 0:
+            builder.log_path.unlink(missing_ok=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

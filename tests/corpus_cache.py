@@ -317,13 +317,16 @@ def start_corpus_home_build() -> subprocess.Popen | None:
     if is_built(corpus_home_inputs()):
         return None
     cache_root().mkdir(parents=True, exist_ok=True)
-    with (cache_root() / f"corpus-home-build-{os.getpid()}.log").open("w") as log:
-        return subprocess.Popen(
+    log_path = cache_root() / f"corpus-home-build-{os.getpid()}.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "corpus-home"],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    proc.log_path = log_path  # type: ignore[attr-defined]  (removed by conftest once the build succeeded)
+    return proc
 
 
 def main(argv: list[str]) -> int:

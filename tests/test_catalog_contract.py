@@ -189,17 +189,14 @@ def test_staged_column_lists_match_the_schema(tmp_path):
             assert sorted(columns) == sorted(c for c in schema if c not in filled), name
 
 
-def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys):
+def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys, unpacked_archive):
     """A catalog left by the 007-era layout (inductor_modules a table, one row per snapshot, module and
     kernel) upgrades with every row kept; the migration's digest and the ingest's agree, so an unchanged
     re-ingest of a real TorchInductor directory adds no module rows; gc drops a set no snapshot names."""
-    import tarfile
     from pathlib import Path
 
     corpus = Path(__file__).resolve().parent.parent / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
-    cache = tmp_path / "gpt2"
-    with tarfile.open(corpus / "gpt2_train.tar.xz", "r:xz") as tar:
-        tar.extractall(cache, filter="data")
+    cache = unpacked_archive(corpus / "gpt2_train.tar.xz")  # shared, read-only
     home = tmp_path / "home"
     for tag in ("x", "y"):
         assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0
@@ -249,18 +246,15 @@ def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys):
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]
 
 
-def test_migration_009_moves_inductor_links_into_sets(tmp_path, capsys):
+def test_migration_009_moves_inductor_links_into_sets(tmp_path, capsys, unpacked_archive):
     """A catalog left by the 008-era layout (kernel_modules and autotune_results tables, rows per snapshot)
     upgrades with every row kept, through every view that reads them; the migration's digests and the
     ingest's agree, so an unchanged re-ingest of a real TorchInductor directory adds no link rows; gc
     drops the sets no snapshot names."""
-    import tarfile
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    cache = tmp_path / "gpt2"
-    with tarfile.open(repo / "corpus" / "inductor" / "h100-torch2.11-t3.6.0" / "gpt2_train.tar.xz", "r:xz") as tar:
-        tar.extractall(cache, filter="data")
+    cache = unpacked_archive(repo / "corpus" / "inductor" / "h100-torch2.11-t3.6.0" / "gpt2_train.tar.xz")  # read-only
     home = tmp_path / "home"
     for tag in ("x", "y"):
         assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -62,6 +61,7 @@ def _self_contained(text: str) -> None:
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text), "the page must not load anything"
 
 
+@pytest.mark.browser
 def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     a, b = PAIR
@@ -123,6 +123,7 @@ def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
         shutil.copyfile(shot, SCREENSHOT)
 
 
+@pytest.mark.browser
 def test_snapshot_report_in_a_browser(pair_home, capsys, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     tag = PAIR[1]
@@ -156,13 +157,12 @@ def test_snapshot_report_in_a_browser(pair_home, capsys, tmp_path):
 INDUCTOR_H100 = ROOT / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
 
 
-def test_snapshot_report_shows_autotune_winners_and_losers(tmp_path):
+@pytest.mark.browser
+def test_snapshot_report_shows_autotune_winners_and_losers(tmp_path, unpacked_archive):
     """A real cache of Triton's autotuner (`*.autotune.json`, H100): one point per timed config whose folder is
     known, winners apart from the others, a row per tuned kernel with its winner and fastest other config."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    cache = tmp_path / "cache"
-    with tarfile.open(INDUCTOR_H100 / "triton_autotune.tar.xz", "r:xz") as tar:
-        tar.extractall(cache, filter="data")
+    cache = unpacked_archive(INDUCTOR_H100 / "triton_autotune.tar.xz")  # shared, read-only
     home = tmp_path / "home"
     assert kdb_subprocess(home, "ingest", str(cache), "--tag", "tuned", "--no-sass").code == 0
     out = tmp_path / "tuned.html"
