@@ -176,6 +176,7 @@ def hostile_statements(catalog: Path, targets: Path) -> list[str]:
         f"SELECT 1 /* ; */ ; aTtAcH '{t}/z.duckdb' AS z",
         f"EXPLAIN ANALYZE COPY kernels TO '{t}/e.csv'",
         "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+        f"EXPLAIN /* c */ AnAlYzE /* d */ COPY kernels TO '{t}/e2.csv'",
         "PIVOT kernels ON arch",
         "SELECT * FROM checkpoint()",
     ]

@@ -15,6 +15,7 @@ Two walls, each enough alone for what it covers:
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -42,6 +43,7 @@ REFUSED_FUNCTION_PREFIXES = ("postgres_", "ducklake_")
 REFUSED_FUNCTIONS = frozenset({"query", "query_table", "json_execute_serialized_sql", "checkpoint", "force_checkpoint"})
 SAVE_HINT = "use `kdb sql … --format csv > FILE` to save a result"
 READ_ONLY_HINT = "kdb sql only reads the catalog"
+WORD = re.compile(r"\w+|\S")
 
 
 def _refused(what: str, hint: str = "") -> SqlRefused:
@@ -55,10 +57,12 @@ def _denied(exc: duckdb.Error) -> SqlRefused:
 
 
 def _tokens(text: str) -> list[tuple[int, str]]:
-    """(offset, text) of each token DuckDB's tokenizer finds (comments are not tokens)."""
-    marks = duckdb.tokenize(text)
-    ends = [pos for pos, _ in marks[1:]] + [len(text)]
-    return [(pos, text[pos:end].strip()) for (pos, _), end in zip(marks, ends, strict=True)]
+    """(offset, first word or character) of each token DuckDB's tokenizer finds (comments are not tokens)."""
+    out = []
+    for pos, _ in duckdb.tokenize(text):
+        word = WORD.match(text, pos)
+        out.append((pos, word.group(0) if word else ""))
+    return out
 
 
 def _statement_name(statement: duckdb.Statement) -> str:
