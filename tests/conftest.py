@@ -238,6 +238,24 @@ def home_copy(tmp_path):
     return copy
 
 
+@pytest.fixture
+def ingested_copy(home_copy):
+    """Return a function ([(tag, snapshot name or archive path)], sass=True) -> a private, writable copy of the
+    home that `kdb ingest DIR --tag TAG [--no-sass]` of each in turn leaves (DIR: the shared unpacked copy),
+    each of which exited 0 (no problem recorded). Cached once per inputs and kdb version; copying takes
+    milliseconds where ingesting takes seconds."""
+
+    def make(inputs: list[tuple[str, str | Path]], sass: bool = True) -> Path:
+        shared = corpus_cache.ingested_home(
+            [(tag, what if isinstance(what, Path) else archive_of(what)) for tag, what in inputs], sass=sass
+        )
+        problems = {tag: s["problem_list"] for tag, s in corpus_cache.summaries(shared).items() if s["problems"]}
+        assert problems == {}
+        return home_copy(shared)
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def corpus_snapshots() -> list[pairing_matrix.Snapshot]:
     """Every snapshot of the corpus with its build record: the kernel suite and the recompiled Inductor kernels."""

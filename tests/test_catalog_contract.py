@@ -84,13 +84,11 @@ def test_upgrade_from_first_migration_keeps_data(tmp_path):
         assert len(catalog.applied_migrations()) == len(schema_files())
 
 
-def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, tmp_path, capsys):
+def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, ingested_copy, capsys):
     """A catalog left by the 002-era layout (snapshot_folders a table, one row per snapshot and folder)
     upgrades with every row kept: the kernels view is the same before and after."""
-    home = tmp_path / "home"
     cache = unpack_snapshot(AMD[0])
-    for tag in ("x", "y"):
-        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "-q").code == 0
+    home = ingested_copy([("x", AMD[0]), ("y", AMD[0])])  # `kdb ingest cache --tag x` then `--tag y`, each exit 0
     rows = "SELECT tag, cache_key, vgpr_count FROM kernels ORDER BY ALL"
     before = kdb(capsys, home, "sql", rows, "--format", "json").json()
     con = duckdb.connect(str(home / "catalog.duckdb"))
@@ -120,13 +118,11 @@ def test_migration_003_moves_snapshot_folders_into_folder_sets(unpack_snapshot, 
     assert sets.json() == [{"n": 1}]
 
 
-def test_migration_004_fills_mix_digests_as_ingest_computes_them(unpack_snapshot, tmp_path, capsys):
+def test_migration_004_fills_mix_digests_as_ingest_computes_them(ingested_copy):
     """Rows written before 004 get their instr_mix_digest and instr_groups from the migration's SQL;
     those must equal what kdb/analysis/folder.py computes at ingest, or a diff across the two would see changes."""
-    home = tmp_path / "home"
     names = [n for n in ("t3.4.0-gfx942", "t3.4.0-sm90") if n in load_manifest()["snapshots"]]
-    for name in names:
-        assert kdb(capsys, home, "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
+    home = ingested_copy([(name, name) for name in names])  # `kdb ingest` of each, exit 0
     con = duckdb.connect(str(home / "catalog.duckdb"))
     cols = "SELECT folder_digest, instr_mix_digest, instr_groups::VARCHAR FROM kernel_analysis ORDER BY folder_digest"
     at_ingest = con.execute(cols).fetchall()
@@ -189,7 +185,7 @@ def test_staged_column_lists_match_the_schema(tmp_path):
             assert sorted(columns) == sorted(c for c in schema if c not in filled), name
 
 
-def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys, unpacked_archive):
+def test_migration_008_moves_inductor_modules_into_sets(capsys, unpacked_archive, ingested_copy):
     """A catalog left by the 007-era layout (inductor_modules a table, one row per snapshot, module and
     kernel) upgrades with every row kept; the migration's digest and the ingest's agree, so an unchanged
     re-ingest of a real TorchInductor directory adds no module rows; gc drops a set no snapshot names."""
@@ -197,9 +193,8 @@ def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys, unpack
 
     corpus = Path(__file__).resolve().parent.parent / "corpus" / "inductor" / "h100-torch2.11-t3.6.0"
     cache = unpacked_archive(corpus / "gpt2_train.tar.xz")  # shared, read-only
-    home = tmp_path / "home"
-    for tag in ("x", "y"):
-        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0
+    # `kdb ingest cache --tag x --no-sass` then `--tag y`, each exit 0
+    home = ingested_copy([(tag, corpus / "gpt2_train.tar.xz") for tag in ("x", "y")], sass=False)
     views = {
         "modules": "SELECT s.tag, m.* EXCLUDE (snapshot_id) FROM inductor_modules m JOIN snapshots s USING (snapshot_id) "
         "ORDER BY ALL",
@@ -246,7 +241,7 @@ def test_migration_008_moves_inductor_modules_into_sets(tmp_path, capsys, unpack
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]
 
 
-def test_migration_009_moves_inductor_links_into_sets(tmp_path, capsys, unpacked_archive):
+def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, ingested_copy):
     """A catalog left by the 008-era layout (kernel_modules and autotune_results tables, rows per snapshot)
     upgrades with every row kept, through every view that reads them; the migration's digests and the
     ingest's agree, so an unchanged re-ingest of a real TorchInductor directory adds no link rows; gc
@@ -254,10 +249,10 @@ def test_migration_009_moves_inductor_links_into_sets(tmp_path, capsys, unpacked
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    cache = unpacked_archive(repo / "corpus" / "inductor" / "h100-torch2.11-t3.6.0" / "gpt2_train.tar.xz")  # read-only
-    home = tmp_path / "home"
-    for tag in ("x", "y"):
-        assert kdb(capsys, home, "ingest", str(cache), "--tag", tag, "--no-sass", "-q").code == 0
+    archive = repo / "corpus" / "inductor" / "h100-torch2.11-t3.6.0" / "gpt2_train.tar.xz"
+    cache = unpacked_archive(archive)  # shared, read-only
+    # `kdb ingest cache --tag x --no-sass` then `--tag y`, each exit 0
+    home = ingested_copy([(tag, archive) for tag in ("x", "y")], sass=False)
     views = {
         name: f"SELECT s.tag, v.* EXCLUDE (snapshot_id) FROM {name} v JOIN snapshots s USING (snapshot_id) ORDER BY ALL"
         for name in ("kernel_modules", "autotune_results")

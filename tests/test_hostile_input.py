@@ -18,8 +18,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import archive_of
-from corpus_cache import summaries
 from helpers import kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 
 from kdb.errors import ExitCode
@@ -297,13 +295,10 @@ def test_unreadable_file_is_a_problem(amd_name, unpack_snapshot, tmp_path, capsy
 
 
 @pytest.fixture
-def ingested(amd_name, unpack_snapshot, cached_home, home_copy):
-    """(home, cache): a private copy of a home holding the smallest AMD snapshot tagged `snap` (ingested once
-    per inputs and kdb version into the shared cache), which the test may damage."""
-    cache = unpack_snapshot(amd_name)
-    shared = cached_home([("snap", archive_of(amd_name))])
-    assert summaries(shared)["snap"]["problems"] == 0  # `kdb ingest` exited 0
-    return home_copy(shared), cache
+def ingested(amd_name, unpack_snapshot, ingested_copy):
+    """(home, cache): a private copy of a home holding the smallest AMD snapshot tagged `snap` (`kdb ingest`
+    exit 0, cached once per inputs and kdb version), which the test may damage."""
+    return ingested_copy([("snap", amd_name)]), unpack_snapshot(amd_name)
 
 
 def _set_first_path(home: Path, new_path: str) -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import archive_of, snapshot_names
-from corpus_cache import summaries
+from conftest import snapshot_names
 from helpers import duckdb_shell, kdb, kdb_subprocess, plant_catalog_path, tree_hashes
 
 from kdb.errors import ExitCode
@@ -191,13 +190,11 @@ def test_bad_input_paths_give_one_line_and_exit_3(make_input, expected, tmp_path
 
 
 @pytest.fixture
-def ingested(unpack_snapshot, cached_home, home_copy, capsys):
-    """(home, cache): a private copy of a home holding AMD_PAIR tagged `snap` (ingested once per inputs and
-    kdb version into the shared cache), which the test may damage."""
+def ingested(unpack_snapshot, ingested_copy, capsys):
+    """(home, cache): a private copy of a home holding AMD_PAIR tagged `snap` (`kdb ingest` exit 0, cached once
+    per inputs and kdb version), which the test may damage."""
     cache = unpack_snapshot(AMD_PAIR)
-    shared = cached_home([("snap", archive_of(AMD_PAIR))])
-    assert summaries(shared)["snap"]["problems"] == 0  # `kdb ingest` exited 0
-    home = home_copy(shared)
+    home = ingested_copy([("snap", AMD_PAIR)])
     assert kdb(capsys, home, "verify").code == 0
     return home, cache
 
@@ -272,10 +269,8 @@ def test_export_never_writes_outside_dest(ingested, tmp_path, capsys):
     assert not (tmp_path / "sandbox" / "escaped.json").exists()
 
 
-def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, tmp_path, capsys):
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.1.0-gfx90a")), "--tag", "a", "-q").code == 0
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
+def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, ingested_copy, tmp_path, capsys):
+    home = ingested_copy([("a", "t3.1.0-gfx90a"), ("b", AMD_PAIR)])  # two ingests, each exit 0
     assert kdb(capsys, home, "rm", "a").code == 0
     r = kdb(capsys, home, "gc", "--format", "json")
     assert r.code == 0 and r.json()["bytes_freed"] > 0
@@ -309,14 +304,12 @@ def _free_blocks(path: Path) -> tuple[int, int]:
         con.close()
 
 
-def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, tmp_path, capsys):
+def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, ingested_copy, tmp_path, capsys):
     """Two ingests leave free blocks in the catalog (DuckDB reuses them but never shrinks the file);
     `gc --compact` rewrites it: every table's rows and every table and view definition unchanged,
     no free blocks, a smaller file that the DuckDB shell still opens and later writers keep using."""
-    home = tmp_path / "home"
+    home = ingested_copy([("a", "t3.1.0-gfx90a"), ("b", AMD_PAIR)])  # two ingests, each exit 0
     catalog = home / "catalog.duckdb"
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.1.0-gfx90a")), "--tag", "a", "-q").code == 0
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
     free, _ = _free_blocks(catalog)
     assert free > 0, "two ingests left no free block: this test no longer exercises compaction"
     before, size_before = _catalog_dump(catalog), catalog.stat().st_size
@@ -352,11 +345,9 @@ def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, tmp_
     assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
 
 
-def test_gc_compacts_on_its_own_when_a_quarter_is_free(unpack_snapshot, tmp_path, capsys):
-    home = tmp_path / "home"
+def test_gc_compacts_on_its_own_when_a_quarter_is_free(ingested_copy, capsys):
+    home = ingested_copy([("a", "t3.4.0-gfx1100"), ("b", AMD_PAIR)])  # two ingests, each exit 0
     catalog = home / "catalog.duckdb"
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot("t3.4.0-gfx1100")), "--tag", "a", "-q").code == 0
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "b", "-q").code == 0
     assert kdb(capsys, home, "rm", "a").code == 0
     r = kdb(capsys, home, "gc", "--format", "json")
     assert r.code == 0, r.err
@@ -370,13 +361,12 @@ def test_gc_compacts_on_its_own_when_a_quarter_is_free(unpack_snapshot, tmp_path
     assert r.json()["catalog_bytes_after"] == r.json()["catalog_bytes_before"] == catalog.stat().st_size
 
 
-def test_verify_counts_and_gc_removes_a_killed_gcs_catalog_copy(unpack_snapshot, tmp_path, capsys):
+def test_verify_counts_and_gc_removes_a_killed_gcs_catalog_copy(unpack_snapshot, ingested_copy, tmp_path, capsys):
     """What a gc killed between its copy and the rename leaves (a whole copy of the catalog beside it)
     is a leftover temporary for verify and is deleted by the next gc; the catalog itself is untouched."""
     import shutil
 
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(unpack_snapshot(AMD_PAIR)), "--tag", "a", "-q").code == 0
+    home = ingested_copy([("a", AMD_PAIR)])  # `kdb ingest` exit 0
     leftover = Home(home).compact_path
     leftover.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(home / "catalog.duckdb", leftover)

@@ -494,14 +494,13 @@ def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
 @needs_corpus
 @needs_tools
 @per_snapshot
-def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_snapshot, tmp_path, capsys) -> None:
+def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_snapshot, ingested_copy, capsys) -> None:
     """What users query (`kernels` view) against cuobjdump, and local memory against the driver's own
     CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES where the GPU fixture measured the kernel."""
     from helpers import kdb
 
     cache = unpack_snapshot(snapshot)
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(cache), "--tag", snapshot, "-q", "--no-sass").code == 0
+    home = ingested_copy([(snapshot, snapshot)], sass=False)  # `kdb ingest cache --tag SNAPSHOT --no-sass`: exit 0
     q = "SELECT cache_key, name, registers, stack_bytes, static_shared, local_bytes, occupancy_unit FROM kernels"
     rows = kdb(capsys, home, "sql", q, "--format", "json").json()
     assert len(rows) == load_manifest()["snapshots"][snapshot]["kernel_count"]

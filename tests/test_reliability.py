@@ -117,11 +117,9 @@ def test_ingest_killed_before_migrations_leaves_verifiable_home(tmp_path, capsys
     assert kdb(capsys, home, "tags", "--format", "json").code == 0
 
 
-def test_harness_store_check_sees_a_partial_blob(amd, tmp_path, capsys):
+def test_harness_store_check_sees_a_partial_blob(corpus_manifest, ingested_copy, capsys):
     """The harness's own store check must not be blind: a truncated blob under its final name is caught."""
-    cache, _, _ = amd
-    home = tmp_path / "home"
-    assert kdb(capsys, home, "ingest", str(cache), "--tag", "t", "-q").code == 0
+    home = ingested_copy([("t", crash_harness.smallest_amd_snapshot(corpus_manifest))])  # `kdb ingest` exit 0
     assert crash_harness.check_store(home / "objects") == []
     # A dictionary is a blob too, but truncating one damages every blob of its kind (its own test is in
     # test_dictionaries.py); its random id decides where it sorts, so leave dictionaries out of the pick.
