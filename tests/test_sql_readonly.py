@@ -224,7 +224,7 @@ def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path:
     _check_refusals(home, targets, run_one)
 
 
-@pytest.mark.slow  # strace, a system package; a process per statement
+@pytest.mark.strace  # (so: slow) a process per statement
 def test_hostile_statements_through_the_real_cli_write_nothing_and_connect_nowhere(home: Path, tmp_path: Path):
     """Each statement in its own `python -m kdb sql` process under strace: besides the refusals, no file
     created, written, renamed or removed anywhere, and no internet socket touched (DuckDB's extensions are
@@ -246,7 +246,7 @@ def test_hostile_statements_through_the_real_cli_write_nothing_and_connect_nowhe
     assert len(logs) >= 40
 
 
-@pytest.mark.slow  # strace
+@pytest.mark.strace
 def test_the_trace_check_sees_writes_and_connections(tmp_path: Path):
     """The checker above can fail: a process that creates a file and one that connects are both caught."""
     log = tmp_path / "write.log"
@@ -390,7 +390,7 @@ def test_legitimate_queries_answer_right(home: Path, capsys, fmt: str):
     assert [int(r["col0"]) for r in _query(capsys, home, "VALUES (1), (2)", fmt)] == [1, 2]
 
 
-@pytest.mark.slow  # strace
+@pytest.mark.strace
 def test_the_duckdb_shell_is_guarded(home: Path, tmp_path: Path):
     """`kdb shell` runs the real duckdb-cli 1.5.5 read-only, external access off, configuration locked, in
     safe mode: every hostile line fails, nothing is written, no connection is tried, and it says how to save."""
@@ -458,7 +458,8 @@ def test_shell_refuses_a_shared_catalog_it_cannot_guard(tmp_path: Path):
     assert "kdb sql" in proc.stderr
 
 
-@pytest.mark.postgres  # and strace
+@pytest.mark.postgres
+@pytest.mark.strace
 def test_shared_catalog_is_guarded_too(unpack_snapshot, tmp_path: Path):
     """A shared catalog (DuckLake on PostgreSQL): kdb attaches it, then the same lock; the PostgreSQL and
     DuckLake extensions' functions (a new connection to any server, file clean-up) and writes into the one
