@@ -593,7 +593,12 @@ def report(
         if b is None:
             catalog, _store, tag, label = stack.enter_context(_diff_source(a))
             kernels = catalog.kernel_rows(tag, "*")
-            details = {k["cache_key"]: catalog.kernel_detail(tag, k["cache_key"]) for k in kernels}
+            keys = [k["cache_key"] for k in kernels]
+            lines, mixes = catalog.source_lines_of(tag, keys), catalog.diff_instr_mix(tag, keys)
+            details = {
+                key: {"lines": lines.get(key, []), "mix": [{"grp": g, "count": c} for _, g, c in mixes.get(key, [])]}
+                for key in keys
+            }
             text = report_html.snapshot_report(label, kernels, details, catalog.autotune_configs(tag))
         else:
             from kdb.diff.engine import report_sides
@@ -602,10 +607,10 @@ def report(
             sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
             result, views = report_sides(*sides, across_targets=across_targets, limit=limit)
             hot: dict[tuple[str, str], list[dict]] = {}
-            for v in views:
-                for name, side, key in (("a", sides[0], v.kernel.a_cache_key), ("b", sides[1], v.kernel.b_cache_key)):
-                    if key:
-                        hot[name, key] = side.catalog.kernel_detail(side.tag, key)["lines"]
+            for name, side in (("a", sides[0]), ("b", sides[1])):
+                keys = [k for v in views if (k := v.kernel.a_cache_key if name == "a" else v.kernel.b_cache_key)]
+                for key, rows in side.catalog.source_lines_of(side.tag, keys).items():
+                    hot[name, key] = rows
             tuned = (sides[0].catalog.autotune_configs(sides[0].tag), sides[1].catalog.autotune_configs(sides[1].tag))
             text = report_html.diff_report(result, views, hot, tuned)
     output.write_text(text, encoding="utf-8")

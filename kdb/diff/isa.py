@@ -24,18 +24,22 @@ _ADDRESS = re.compile(r"/\*[0-9a-fA-F]{4,}\*/|(?:;|//)\s*[0-9a-fA-F]{8,}:.*$", r
 
 
 def _rename_amd(text: str) -> str:
+    # one split of the whole text (tokens at odd positions: class, index), names looked up in a dict per class
+    parts = _AMD_REGISTER.split(text)
+    classes, indices = parts[1::3], parts[2::3]
     tables: dict[str, dict[str, str]] = {}
-
-    def rename(m: re.Match[str]) -> str:
-        cls, index = m.group(1), m.group(2)
-        table = tables.setdefault(cls, {})
+    names = []
+    for cls, index in zip(classes, indices, strict=True):
+        table = tables.get(cls)
+        if table is None:
+            table = tables[cls] = {}
         name = table.get(index)
         if name is None:
             n = len(table)
-            name = table[index] = f"[r{n}]" if index.startswith("[") else f"r{n}"
-        return cls + name
-
-    return _AMD_REGISTER.sub(rename, text)
+            name = table[index] = f"{cls}[r{n}]" if index[0] == "[" else f"{cls}r{n}"
+        names.append(name)
+    out = parts[0::3]
+    return "".join(x for pair in zip(out, [*names, ""], strict=True) for x in pair)
 
 
 def _rename_ptx(text: str) -> str:

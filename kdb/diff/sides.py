@@ -31,6 +31,7 @@ class Side:
     mnemonics: dict[str, dict[str, int]] = field(default_factory=dict)  # filled by load_mnemonics
     files: dict[str, list[Row]] | None = None  # filled on first use
     winners: list[Row] = field(default_factory=list)  # autotune winners (Inductor caches), with their folders
+    mix_rows: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # filled by load_mix
 
     def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
         """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
@@ -44,13 +45,24 @@ class Side:
         self.load_mnemonics([cache_key])
         return self.mnemonics[cache_key]
 
+    def load_mix(self, cache_keys: Iterable[str]) -> None:
+        """Fetch, in one query, the (mnemonic, group, count) rows of some kernels (deep views)."""
+        missing = [k for k in cache_keys if k not in self.mix_rows]
+        if missing:
+            got = self.catalog.diff_instr_mix(self.tag, missing)
+            for key in missing:
+                self.mix_rows[key] = got.get(key, [])
+
     def mix_of(self, cache_key: str) -> list[tuple[str, str, int]]:
         """(mnemonic, group, count) rows of one kernel (the deep view)."""
-        return self.catalog.diff_instr_mix(self.tag, [cache_key]).get(cache_key, [])
+        self.load_mix([cache_key])
+        return self.mix_rows[cache_key]
 
     def load_documents(self, rows: Iterable[Row]) -> None:
         """Add the JSON documents diff_kernels leaves out to some kernel rows (deep views)."""
         rows = [k for k in rows if "co_metadata" not in k]
+        if not rows:
+            return
         docs = self.catalog.kernel_documents([k["folder_digest"] for k in rows])
         for k in rows:
             for col, value in docs.get(k["folder_digest"], {}).items():

@@ -238,7 +238,7 @@ def winners_section(winners: tuple[WinnerDiff, ...], width: int, limit: int = FI
 def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
-    out += summary_line(r) + "\n"
+    out += textwrap.fill(summary_line(r), max(opts.width, 40), subsequent_indent="  ") + "\n"
     out += assumption_text(r, opts.color)
     if r.fired:
         out += "\n" + _fired_section(r, opts)
@@ -248,6 +248,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     if shown:
         width = max(opts.width, 40)
         names, name_note = display_names([k.name for k in shown])
+        name_floor, reason_floor = (NAME_FLOOR, REASON_FLOOR) if width >= 80 else (12, 16)
         cells = [row(k, r.key_of(k), name) for k, name in zip(shown, names, strict=True)]
         # columns with nothing to say on any row (AGPRs 0 everywhere, an NVIDIA diff's SGPRs) are not drawn
         blank = {i for i in range(3, _REASON) if all(c[i] in ("", "0") for c in cells)}
@@ -257,7 +258,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
             [HEADERS[i] for i in columns],
             [[c[i] for i in columns] for c in cells],
             width,
-            elide={at[_NAME]: ("middle", NAME_FLOOR), at[_REASON]: ("end", REASON_FLOOR)},
+            elide={at[_NAME]: ("middle", name_floor), at[_REASON]: ("end", reason_floor)},
             optional=[at[i] for i in OPTIONAL if i in at],
             right=[at[i] for i in range(3, 9) if i in at],
             row_styles=[STYLE.get(k.status) for k in shown],

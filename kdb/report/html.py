@@ -4,12 +4,13 @@ plotly."""
 
 from __future__ import annotations
 
+import functools
 import html
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
-import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
@@ -18,16 +19,27 @@ from kdb.diff.terminal import HEADERS, summary_line
 from kdb.report import autotune, data
 
 COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
-_LAYOUT = {"margin": {"l": 60, "r": 20, "t": 40, "b": 50}, "height": 360, "template": "plotly_white"}
+# Titles sit at the top left, clear of the toolbar (drawn vertically at the right edge); axis labels get the room
+# they need (automargin) so long kernel names are never cut at the left edge.
+_LAYOUT = {
+    "margin": {"l": 60, "r": 40, "t": 56, "b": 50},
+    "height": 360,
+    "modebar": {"orientation": "v"},
+    "xaxis": {"automargin": True},
+    "yaxis": {"automargin": True},
+}
+WIDE = ("plot-spills", "plot-spilling")  # bar charts of kernel names: the whole width of the page
+SPILL_BARS = 30  # bars of the spill chart: the largest changes (the caption counts the rest)
 
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:20px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:12px}
-.plot{border:1px solid #ddd;border-radius:4px;min-height:360px}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:12px}
+.plot{border:1px solid #ddd;border-radius:4px;min-height:360px;min-width:0}.plot.wide{grid-column:1/-1}
 table{border-collapse:collapse;font:12px ui-monospace,monospace}th,td{padding:2px 6px;text-align:left;
 border-bottom:1px solid #eee;white-space:nowrap}th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
-tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox,.tablebox{max-height:480px;overflow:auto;border:1px solid #ddd}
-td.reason{white-space:normal;min-width:240px}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
+tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox,.tablebox{max-height:70vh;overflow:auto;border:1px solid #ddd}
+#kernels{width:100%}td .nm{display:inline-block;max-width:36ch;overflow:hidden;text-overflow:ellipsis;
+vertical-align:bottom}td.reason{white-space:normal;min-width:28ch}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
 .neutral{color:#7f7f7f}#drill{margin-top:12px;border:1px solid #ccc;padding:8px;display:none}
 #drill pre{max-height:360px;overflow:auto;background:#f8f8f8;padding:6px}.ins{color:#2ca02c}.del{color:#d62728}
 .hunk{color:#6f42c1}.side{display:inline-block;vertical-align:top;margin-right:24px}
@@ -55,7 +67,8 @@ function draw() {
   document.getElementById('count').textContent = rows.length + ' of ' + D.rows.length + ' kernels';
   document.querySelector('#kernels tbody').innerHTML = rows.map(r =>
     '<tr data-id="' + r.id + '">' + r.cells.map((c, i) =>
-      '<td class="' + (i === 0 ? esc(r.status) : (i === r.cells.length - 1 ? 'reason' : '')) + '">' + esc(c) + '</td>'
+      '<td class="' + (i === 0 ? esc(r.status) : (i === r.cells.length - 1 && D.kind === 'diff' ? 'reason' : '')) +
+        '">' + (i === D.name_col ? '<span class="nm" title="' + esc(c) + '">' + esc(c) + '</span>' : esc(c)) + '</td>'
     ).join('') + '</tr>').join('');
 }
 document.querySelectorAll('#kernels th').forEach((th, i) => th.addEventListener('click', () => {
@@ -103,62 +116,153 @@ draw();
 """
 
 
-def _fig(fig: go.Figure) -> Any:
-    return json.loads(pio.to_json(fig, validate=True))
+@functools.lru_cache(maxsize=1)
+def _template() -> Any:
+    """plotly_white as plotly.js reads it (a figure built as plain JSON carries its template inline)."""
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> dict[str, Any]:
+    """A figure as plotly.js takes it. Built as JSON, not as plotly.graph_objects: validating every
+    property took most of a report's plotting time, and the traces here use a handful of known ones."""
+    return {"data": data, "layout": {**layout, "template": _template()}}
 
 
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
-    return {**_LAYOUT, "title": {"text": title, "font": {"size": 14}}, **kw}
+    out = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"}}
+    for axis in ("xaxis", "yaxis"):
+        out[axis] = {**_LAYOUT[axis], **kw.pop(axis, {})}
+    return {**out, **kw}
+
+
+def register_title(backends: set[str | None]) -> str:
+    """What the register axis counts, worded for the vendors present."""
+    if backends == {"cuda"}:
+        return "registers per thread"
+    if "cuda" in backends:
+        return "VGPRs (AMD) / registers per thread (NVIDIA)"
+    return "VGPRs"
+
+
+def scratch_title(backends: set[str | None]) -> str:
+    if backends == {"cuda"}:
+        return "local memory bytes"
+    if "cuda" in backends:
+        return "scratch / local memory bytes"
+    return "scratch bytes"
+
+
+def log_ticks(values: Sequence[float]) -> dict[str, Any]:
+    """Tick values and labels for a log axis over `values`: 1-2-5 steps (1 per decade over a wide range),
+    each written once as %g, instead of plotly's minor digits that overlap on a narrow range."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return {}
+    lo, hi = min(positive), max(positive)
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    for steps in ((1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0**e for e in decades for m in steps if lo / 1.5 <= m * 10.0**e <= hi * 1.5]
+        if len(ticks) <= 8:
+            break
+    if len(ticks) < 2:  # a range within one 1-2-5 step: its ends
+        ticks = sorted({float(f"{lo:.2g}"), float(f"{hi:.2g}")})
+    return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
 def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     """The diff's figures by element id, and how many marks each draws (points, cells, bars)."""
     figs: dict[str, Any] = {}
     marks: dict[str, int] = {}
+    backends = {k.facts.backend for k in r.kernels if k.facts is not None}
+    regs = register_title(backends)
     points = data.vgpr_points(r)
-    fig = go.Figure(layout=_layout("VGPRs (NVIDIA: registers), A vs B", xaxis_title="A", yaxis_title="B"))
     top = max([max(p["x"], p["y"]) for ps in points.values() for p in ps] or [1])
-    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"color": "#bbb", "dash": "dot"}, name="A = B"))
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "x": [0, top],
+            "y": [0, top],
+            "mode": "lines",
+            "name": "A = B",
+            "line": {"color": "#bbb", "dash": "dot"},
+        }
+    ]
     for verdict, ps in points.items():
         if ps:
-            fig.add_trace(
-                go.Scatter(
-                    x=[p["x"] for p in ps],
-                    y=[p["y"] for p in ps],
-                    text=[p["text"] for p in ps],
-                    customdata=[p["id"] for p in ps],
-                    mode="markers",
-                    name=verdict,
-                    marker={"color": COLORS[verdict], "size": 8, "opacity": 0.8},
-                    hovertemplate="%{text}<br>A %{x} → B %{y}<extra>" + verdict + "</extra>",
-                )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": [p["x"] for p in ps],
+                    "y": [p["y"] for p in ps],
+                    "text": [p["text"] for p in ps],
+                    "customdata": [p["id"] for p in ps],
+                    "mode": "markers",
+                    "name": verdict,
+                    "marker": {"color": COLORS[verdict], "size": 8, "opacity": 0.8},
+                    "hovertemplate": "%{text}<br>A %{x} → B %{y}<extra>" + verdict + "</extra>",
+                }
             )
-    figs["plot-vgpr"], marks["plot-vgpr"] = _fig(fig), sum(len(ps) for ps in points.values())
+    layout = _layout(
+        f"{regs}, A vs B", xaxis={"title": {"text": f"A: {regs}"}}, yaxis={"title": {"text": f"B: {regs}"}}
+    )
+    figs["plot-vgpr"], marks["plot-vgpr"] = _figure(traces, layout), sum(len(ps) for ps in points.values())
     la, lb, z = data.occupancy_transitions(r)
-    fig = go.Figure(
-        go.Heatmap(x=lb, y=la, z=z, colorscale="Blues", texttemplate="%{z}", hovertemplate="A %{y} → B %{x}: %{z}"),
-        layout=_layout("occupancy A → B (kernels)", xaxis_title="B", yaxis_title="A", xaxis_type="category"),
+    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    heat = {
+        "type": "heatmap",
+        "x": lb,
+        "y": la,
+        "z": [[c or None for c in zr] for zr in z],  # empty cells left blank
+        "colorscale": [[0, "#deebf7"], [1, "#08519c"]],
+        "texttemplate": "%{z}",
+        "hovertemplate": "A %{y} → B %{x}: %{z}<extra></extra>",
+    }
+    layout = _layout(
+        f"occupancy ({unit}) A → B, kernels per cell",
+        xaxis={"title": {"text": "B"}, "type": "category"},
+        yaxis={"title": {"text": "A"}, "type": "category"},
     )
-    fig.update_yaxes(type="category")
-    figs["plot-occupancy"], marks["plot-occupancy"] = _fig(fig), sum(1 for zr in z for c in zr if c)
+    figs["plot-occupancy"], marks["plot-occupancy"] = _figure([heat], layout), sum(1 for zr in z for c in zr if c)
     changes = data.spill_changes(r)
-    fig = go.Figure(layout=_layout("spill and scratch changes (B − A)", barmode="group"))
-    for label in ("VGPR spills", "SGPR spills", "scratch bytes"):
-        fig.add_trace(
-            go.Bar(y=[c["label"] for c in changes], x=[c[label] for c in changes], name=label, orientation="h")
-        )
-    fig.update_layout(height=max(360, 60 + 24 * len(changes)))
-    figs["plot-spills"], marks["plot-spills"] = _fig(fig), len(changes)
-    shifts = data.mix_shifts(r)
-    fig = go.Figure(
-        go.Bar(
-            x=list(shifts),
-            y=list(shifts.values()),
-            marker={"color": ["#d62728" if v > 0 else "#2ca02c" for v in shifts.values()]},
-        ),
-        layout=_layout("instruction-mix shift by group (sum of B − A over paired kernels)"),
+    shown = changes[:SPILL_BARS]
+    series = [
+        ("VGPR spills", "VGPR spills"),
+        ("SGPR spills", "SGPR spills"),
+        ("scratch bytes", scratch_title(backends)),
+    ]
+    if backends == {"cuda"}:
+        series = [("scratch bytes", scratch_title(backends))]
+    bars = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": [c["label"] for c in shown],
+            "x": [c[label] for c in shown],
+            "hovertext": [c["kernel"] for c in shown],
+        }
+        for label, name in series
+    ]
+    title = "spill and scratch changes (B − A)" if "cuda" not in backends else "spill / local memory changes (B − A)"
+    if len(changes) > len(shown):
+        title += f": the {len(shown)} largest of {len(changes)}"
+    layout = _layout(
+        title,
+        barmode="group",
+        height=max(360, 90 + 22 * len(shown) * (1 + (len(series) > 1))),
+        yaxis={"autorange": "reversed", "tickfont": {"family": "ui-monospace, monospace", "size": 11}},
+        legend={"orientation": "h", "y": -0.12 if shown else 1},
     )
-    figs["plot-mix"], marks["plot-mix"] = _fig(fig), len(shifts)
+    figs["plot-spills"], marks["plot-spills"] = _figure(bars, layout), len(shown)
+    shifts = data.mix_shifts(r)
+    bar = {
+        "type": "bar",
+        "x": list(shifts),
+        "y": list(shifts.values()),
+        "marker": {"color": ["#d62728" if v > 0 else "#2ca02c" for v in shifts.values()]},
+    }
+    layout = _layout("instruction-mix shift by group (sum of B − A over paired kernels)", xaxis={"tickangle": -30})
+    figs["plot-mix"], marks["plot-mix"] = _figure([bar], layout), len(shifts)
     return figs, marks
 
 
@@ -176,47 +280,47 @@ def autotune_section(
     figs: dict[str, Any] = {}
     marks: dict[str, int] = {}
     drawn = sum(len(ps) for ps in traces.values())
+    backends = {row.get("backend") for _, rows in sides for row in rows if row.get("backend")}
+    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    ticks = log_ticks([p["time"] for ps in traces.values() for p in ps])
     for element, x_key, x_title in (
-        ("plot-autotune-registers", "regs", "VGPRs (NVIDIA: registers per thread) of the config's folder"),
-        ("plot-autotune-occupancy", "occupancy", "occupancy (AMD: waves per SIMD; NVIDIA: warps per SM)"),
+        ("plot-autotune-registers", "regs", f"{register_title(backends)} of the config's folder"),
+        ("plot-autotune-occupancy", "occupancy", f"occupancy ({unit}) of the config's folder"),
     ):
-        fig = go.Figure(
-            layout=_layout(
-                f"autotune: time vs {x_key if x_key == 'occupancy' else 'registers'} (one point per config)",
-                xaxis_title=x_title,
-                yaxis_title="time (ms, log)",
-                yaxis_type="log",
-            )
-        )
+        scatter = []
         count = 0
         for name, ps in sorted(traces.items()):
             color = SIDE_COLORS.get(name.split(" ", 1)[0], "#d62728" if "winners" in name else "#1f77b4")
             ps = [p for p in ps if p[x_key] is not None]
             count += len(ps)
-            fig.add_trace(
-                go.Scatter(
-                    x=[p[x_key] for p in ps],
-                    y=[p["time"] for p in ps],
-                    text=[p["text"] for p in ps],
-                    mode="markers",
-                    name=name,
-                    marker={
+            scatter.append(
+                {
+                    "type": "scatter",
+                    "x": [p[x_key] for p in ps],
+                    "y": [p["time"] for p in ps],
+                    "text": [p["text"] for p in ps],
+                    "mode": "markers",
+                    "name": name,
+                    "marker": {
                         "color": color,
                         "size": 11 if "winners" in name else 7,
                         "opacity": 0.9 if "winners" in name else 0.5,
                         "symbol": "star" if "winners" in name else "circle",
                     },
-                    hovertemplate="%{text}<br>%{y:.4g} ms<extra>" + name + "</extra>",
-                )
+                    "hovertemplate": "%{text}<br>%{y:.4g} ms<extra>" + name + "</extra>",
+                }
             )
+        layout = _layout(
+            f"autotune: time vs {'occupancy' if x_key == 'occupancy' else 'registers'} (one point per config)",
+            xaxis={"title": {"text": x_title}},
+            yaxis={"title": {"text": "time (ms, log scale)"}, "type": "log", **ticks},
+        )
         if count:
-            figs[element], marks[element] = _fig(fig), count
+            figs[element], marks[element] = _figure(scatter, layout), count
     head, rows = table
-    caption = (
-        f"{drawn} configs drawn; {undrawn} without a time or a linked kernel folder are listed only"
-        if undrawn
-        else f"{drawn} configs drawn"
-    )
+    caption = f"{drawn} config{'s' * (drawn != 1)} drawn"
+    if undrawn:
+        caption += f"; {undrawn} without a time or a linked kernel folder are listed only"
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     divs = "".join(f'<div id="{p}" class="plot"></div>' for p in figs)
     section = (
@@ -231,11 +335,12 @@ def autotune_section(
 def _page(
     title: str, subtitle: str, plots: list[str], headers: list[str], payload: dict[str, Any], extra: str = ""
 ) -> str:
+    payload["name_col"] = headers.index("kernel")
     doc = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
     statuses = sorted({r["status"] for r in payload["rows"] if r["status"]})
     options = "".join(f'<option value="{html.escape(s)}">{html.escape(s)}</option>' for s in statuses)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    divs = "".join(f'<div id="{p}" class="plot"></div>' for p in plots)
+    divs = "".join(f'<div id="{p}" class="plot{" wide" if p in WIDE else ""}"></div>' for p in plots)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="generator" content="kdb report">
 <title>{html.escape(title)}</title><style>{STYLE}</style>
@@ -300,30 +405,49 @@ def snapshot_report(
     labels = sorted(
         {o for c in by_limiter.values() for o in c}, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0)
     )
-    fig = go.Figure(
-        layout=_layout(
-            "occupancy by limiter (kernels)",
-            barmode="stack",
-            xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels, "title": "occupancy"},
-        )
+    backends = {k.get("backend") for k in kernels}
+    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    bars = [
+        {"type": "bar", "x": list(counts), "y": list(counts.values()), "name": lim}
+        for lim, counts in by_limiter.items()
+    ]
+    layout = _layout(
+        f"occupancy ({unit}) by limiter, kernels",
+        barmode="stack",
+        xaxis={"type": "category", "categoryorder": "array", "categoryarray": labels, "title": {"text": "occupancy"}},
+        yaxis={"title": {"text": "kernels"}},
     )
-    for lim, counts in by_limiter.items():
-        fig.add_trace(go.Bar(x=list(counts), y=list(counts.values()), name=lim))
-    figs["plot-limiter"], marks["plot-limiter"] = _fig(fig), sum(len(c) for c in by_limiter.values())
+    figs["plot-limiter"], marks["plot-limiter"] = _figure(bars, layout), sum(len(c) for c in by_limiter.values())
     regs = data.register_values(kernels)
-    fig = go.Figure(
-        go.Histogram(x=regs, nbinsx=32, marker={"color": "#1f77b4"}),
-        layout=_layout("VGPRs (NVIDIA: registers) per kernel", xaxis_title="registers", yaxis_title="kernels"),
-    )
-    figs["plot-registers"], marks["plot-registers"] = _fig(fig), len(regs)
+    title = register_title(backends)
+    hist = {"type": "histogram", "x": regs, "nbinsx": 32, "marker": {"color": "#1f77b4"}}
+    layout = _layout(f"{title} per kernel", xaxis={"title": {"text": title}}, yaxis={"title": {"text": "kernels"}})
+    figs["plot-registers"], marks["plot-registers"] = _figure([hist], layout), len(regs)
     spill = data.spilling(kernels)
-    fig = go.Figure(layout=_layout("spilling kernels", barmode="group"))
-    fig.add_trace(
-        go.Bar(y=[s["label"] for s in spill], x=[s["scratch"] for s in spill], name="scratch bytes", orientation="h")
+    shown = spill[:SPILL_BARS]
+    series = [("scratch", scratch_title(backends))] + ([("spills", "VGPR + SGPR spills")] if "hip" in backends else [])
+    bars = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": [x["label"] for x in shown],
+            "x": [x[key] for x in shown],
+            "hovertext": [x["kernel"] for x in shown],
+        }
+        for key, name in series
+    ]
+    title = "spilling kernels" + (
+        f": the {len(shown)} with the most {scratch_title(backends)} of {len(spill)}" if len(spill) > len(shown) else ""
     )
-    fig.add_trace(go.Bar(y=[s["label"] for s in spill], x=[s["spills"] for s in spill], name="spills", orientation="h"))
-    fig.update_layout(height=max(360, 60 + 24 * len(spill)))
-    figs["plot-spilling"], marks["plot-spilling"] = _fig(fig), len(spill)
+    layout = _layout(
+        title,
+        barmode="group",
+        height=max(360, 90 + 22 * len(shown) * len(series)),
+        yaxis={"autorange": "reversed", "tickfont": {"family": "ui-monospace, monospace", "size": 11}},
+        legend={"orientation": "h", "y": -0.12 if shown else 1},
+    )
+    figs["plot-spilling"], marks["plot-spilling"] = _figure(bars, layout), len(shown)
     rows = data.snapshot_rows(kernels)
     drill = {}
     for r, k in zip(rows, kernels, strict=True):

@@ -83,6 +83,21 @@ class DiffQueries(CatalogConnection):
             out.setdefault(key, []).append((mnemonic, grp, count))
         return out
 
+    def source_lines_of(self, tag: str, cache_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """cache_key -> the ISA's source-line rows (file, line, grp, count) of some kernels of a snapshot, in one
+        query (a report's hot lines; kernel_detail gives the same rows for one kernel)."""
+        self.require_snapshot(tag)
+        rows = self._dicts(
+            "SELECT cache_key, file, line, grp, count FROM source_lines WHERE tag = ? "
+            "AND cache_key IN (SELECT unnest(?::VARCHAR[])) AND source IN ('amdgcn', 'ptx') "
+            "ORDER BY cache_key, file, line, grp",
+            [tag, list(cache_keys)],
+        )
+        out: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            out.setdefault(r.pop("cache_key"), []).append(r)
+        return out
+
     def diff_mnemonic_counts(self, tag: str, cache_keys: Sequence[str]) -> dict[str, dict[str, int]]:
         """cache_key -> {mnemonic: count} (groups summed) of some kernels of a snapshot: what a diff
         compares when two mixes' digests differ. One "mnemonic count ..." string per kernel: at 10k
