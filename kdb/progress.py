@@ -11,18 +11,31 @@ from pathlib import Path
 
 
 def progress_bar():
+    """A bar on stderr: the ingest's phase from the first second (walking, storing, analysing, linking,
+    committing), then files and bytes as kernel folders are stored. Yields (bar, task); update the task's
+    `phase` field with `set_phase`."""
     from contextlib import contextmanager
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
 
     @contextmanager
     def cm():
         columns = [
-            TextColumn("ingest"),
+            SpinnerColumn(),
+            TextColumn("ingest: {task.fields[phase]:<22}"),
             BarColumn(),
             TextColumn("{task.fields[files]}/{task.fields[total_files]} files"),
             TextColumn("{task.fields[rate]}"),
             TransferSpeedColumn(),
+            TimeElapsedColumn(),
             TimeRemainingColumn(),
         ]
         import time
@@ -33,14 +46,24 @@ def progress_bar():
             def get_renderables(self):  # files/s computed here so it refreshes with the bar
                 for t in self.tasks:
                     elapsed = max(time.monotonic() - start, 1e-6)
-                    t.fields["rate"] = f"{t.fields.get('files', 0) / elapsed:.0f} files/s"
+                    files = t.fields.get("files", 0)
+                    t.fields["rate"] = f"{files / elapsed:.0f} files/s" if files else ""
                 yield from super().get_renderables()
 
         with RateProgress(*columns, transient=True, console=stderr_console()) as bar:
-            task = bar.add_task("ingest", total=None, files=0, total_files=0, rate="")
+            task = bar.add_task("ingest", total=None, files=0, total_files="?", rate="", phase="starting")
             yield bar, task
 
     return cm()
+
+
+def set_phase(bar, task) -> Callable[[str], None]:
+    """A `phase` callback for kdb.ingest.snapshot.ingest that shows the phase on the bar."""
+
+    def phase(name: str) -> None:
+        bar.update(task, phase=name)
+
+    return phase
 
 
 def stderr_console():

@@ -15,6 +15,7 @@ from helpers import kdb, kdb_subprocess
 
 from kdb.diff.markdown import COMMENT_LIMIT, render_markdown
 from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status
+from kdb.report.html import SPILL_BARS
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = ROOT / "docs" / "report.png"
@@ -78,7 +79,7 @@ def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
         page.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 4")
         # every plot draws its marks: scatter points and bars counted in the SVG, heatmap cells in its data
         assert page.locator("#plot-vgpr .scatterlayer path.point").count() == expected["plot-vgpr"]
-        assert page.locator("#plot-spills .barlayer g.point").count() == 3 * expected["plot-spills"]
+        assert page.locator("#plot-spills .barlayer g.point").count() == 3 * min(expected["plot-spills"], SPILL_BARS)
         assert page.locator("#plot-mix .barlayer g.point").count() == expected["plot-mix"]
         assert page.locator("#plot-occupancy .hm image").count() == 1
         cells = page.evaluate("document.getElementById('plot-occupancy').data[0].z.flat().filter(v => v > 0).length")
@@ -91,12 +92,12 @@ def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
         header = page.locator("#kernels th", has_text="VGPRs")
         header.click()
         header.click()
-        cells_text = page.locator("#kernels tbody tr td:nth-child(3)").all_inner_texts()
+        cells_text = page.locator("#kernels tbody tr td:nth-child(4)").all_inner_texts()
         values = [int(c.split("→")[-1]) for c in cells_text if c]
         assert values == sorted(values, reverse=True) and len(values) > 3
         # filtering
         page.fill("#filter", "matmul")
-        names = page.locator("#kernels tbody tr td:nth-child(2)").all_inner_texts()
+        names = page.locator("#kernels tbody tr td:nth-child(3)").all_inner_texts()
         assert names and all("matmul" in n for n in names)
         page.fill("#filter", "")
         page.select_option("#status", "regressed")
@@ -145,7 +146,7 @@ def test_snapshot_report_in_a_browser(pair_home, capsys, tmp_path):
         assert page.locator("#plot-limiter .barlayer g.point").count() == sum(len(v) for v in limiters.values())
         assert page.evaluate("document.getElementById('plot-registers').data[0].x.length") == len(kernels)
         assert page.locator("#plot-registers .barlayer g.point").count() > 0
-        assert page.locator("#plot-spilling .barlayer g.point").count() == 2 * len(spilling)
+        assert page.locator("#plot-spilling .barlayer g.point").count() == 2 * min(len(spilling), SPILL_BARS)
         assert page.locator("#kernels tbody tr").count() == len(kernels)
         page.locator("#kernels tbody tr").first.click()
         assert "facts" in page.locator("#drill").inner_text()
@@ -230,3 +231,96 @@ def test_markdown_of_a_huge_diff_fits_a_comment_and_lists_fired_kernels():
     fired = md.split("**fired `new-spills`**")[1].split("####")[0]
     assert fired.count("\n- `triton_per_fused") == 30 and "`A00000`" in fired and "… and 19970 more" in fired
     assert "<details>" in md and "more changed kernels not listed" in md
+
+
+# -- layout on real Inductor names, by element geometry -------------------------------------------------------
+AMD_INDUCTOR = ROOT / "corpus" / "inductor" / "amd"
+RESNET = ("resnet18-t3.6.0", "resnet18-t3.7.1")
+
+# Every text a plot draws as a label (axis ticks, axis titles, plot title, legend), by group: labels of one
+# group must not overlap one another; none may reach outside its plot's box.
+_GEOMETRY = """
+(id) => {
+  const div = document.getElementById(id), box = div.getBoundingClientRect();
+  const groups = {
+    xticks: '.xaxislayer-above .xtick text', yticks: '.yaxislayer-above .ytick text',
+    titles: '.gtitle, .g-xtitle text, .g-ytitle text', legend: '.legendtext',
+  };
+  const out = {clipped: [], overlaps: [], count: 0};
+  const all = [];
+  for (const [group, sel] of Object.entries(groups)) {
+    const rs = [...div.querySelectorAll(sel)].filter(e => e.textContent.trim())
+      .map(e => ({t: e.textContent, r: e.getBoundingClientRect(), group}));
+    out.count += rs.length;
+    for (const {t, r} of rs)
+      if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+        out.clipped.push(group + ': ' + t);
+    for (let i = 0; i < rs.length; i++) for (let j = i + 1; j < rs.length; j++) {
+      const a = rs[i].r, b = rs[j].r;
+      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1)
+        out.overlaps.push(group + ': ' + rs[i].t + ' / ' + rs[j].t);
+    }
+    all.push(...rs);
+  }
+  const title = div.querySelector('.gtitle'), bar = div.querySelector('.modebar');
+  if (title && bar) {
+    const a = title.getBoundingClientRect(), b = bar.getBoundingClientRect();
+    if (b.width && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+      out.overlaps.push('title / toolbar');
+  }
+  const plot = div.querySelector('.nsewdrag');
+  if (plot) out.plot = [plot.getBoundingClientRect().width, plot.getBoundingClientRect().height];
+  return out;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def resnet_home(cached_home):
+    """The gfx942 recompiles of torch's resnet18 (max-autotune) under Triton 3.6.0 and 3.7.1: real Inductor
+    names (triton_tem_fused_convolution_…), 30+ kernels whose spills change, autotune candidates."""
+    return cached_home(
+        [
+            (RESNET[0], AMD_INDUCTOR / "resnet18_infer_maxautotune-t3.6.0-gfx942.tar.zst"),
+            (RESNET[1], AMD_INDUCTOR / "resnet18_infer_maxautotune-t3.7.1-gfx942.tar.zst"),
+        ],
+        sass=False,
+    )
+
+
+@pytest.mark.parametrize("kind", ["diff", "snapshot"])
+def test_report_layout_on_real_inductor_names(resnet_home, capsys, tmp_path, kind):
+    """At 1,280 and 1,920 px: every plot's labels inside its box and apart from each other, plots at least
+    200 px tall and wide, the table's columns visible without scrolling sideways, no blank page below."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / f"{kind}.html"
+    refs = RESNET if kind == "diff" else RESNET[1:]
+    assert kdb(capsys, resnet_home, "report", *refs, "--output", str(out)).code == 0
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        for width in (1280, 1920):
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.goto(out.as_uri())
+            page.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 3")
+            page.wait_for_timeout(300)  # responsive relayout after the resize
+            plots = page.evaluate("[...document.querySelectorAll('.plot')].map(d => d.id)")
+            assert len(plots) >= 3
+            for plot in plots:
+                g = page.evaluate(_GEOMETRY, plot)
+                assert g["count"] >= 3, (width, plot, g)
+                assert g["clipped"] == [], (width, plot, g["clipped"][:5])
+                assert g["overlaps"] == [], (width, plot, g["overlaps"][:5])
+                assert g["plot"][0] >= 200 and g["plot"][1] >= 150, (width, plot, g["plot"])
+            # the table's columns fit the page: no sideways scrolling at these widths
+            box = page.evaluate(
+                "(() => { const b = document.getElementById('tablebox'); return [b.scrollWidth, b.clientWidth]; })()"
+            )
+            assert box[0] <= box[1] + 1, (width, box)
+            # no blank tail: the page ends within a screen of its last element
+            tail = page.evaluate(
+                "document.documentElement.scrollHeight - Math.max(...[...document.body.children]"
+                ".filter(e => e.offsetParent !== null).map(e => e.getBoundingClientRect().bottom + window.scrollY))"
+            )
+            assert tail < 100, (width, tail)
+        browser.close()
+    assert problems == [], problems

@@ -15,7 +15,7 @@ import typer
 
 from kdb import __version__
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
-from kdb.progress import ingest_progress, progress_bar
+from kdb.progress import ingest_progress, progress_bar, set_phase
 from kdb.render import examples, listings, tables
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog
@@ -36,6 +36,15 @@ def _readable_types() -> None:
     import typer.core as core
 
     cls = getattr(core, "TyperArgument", None)
+    # Usage lines name a required argument as `DIR`, not typer's `{DIR}` (click's and every man page's way).
+    make_metavar = getattr(cls, "make_metavar", None)
+    if cls is not None and make_metavar is not None:
+
+        def metavar(self: object, ctx: object, **kw: object) -> str:
+            text = make_metavar(self, ctx, **kw)
+            return text[1:-1] if text.startswith("{") and text.endswith("}") else text
+
+        cls.make_metavar = metavar
     original = getattr(cls, "display_type_rich", None)
     if cls is None or original is None:
         return
@@ -156,9 +165,10 @@ def ingest(
     fmt = _fmt(fmt, ("table", "json"))
     labels = parse_labels(label)
     with ExitStack() as stack:
-        on_progress = None
+        on_progress = on_phase = None
         if not quiet and sys.stderr.isatty():
             bar, task = stack.enter_context(progress_bar())
+            on_phase = set_phase(bar, task)
 
             def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
                 bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
@@ -175,6 +185,7 @@ def ingest(
             lock_wait_s=state.wait,
             options=AnalysisOptions(sass=sass),
             rehash=rehash,
+            phase=on_phase,
         )
     if fmt == "json":
         _out(tables.to_json(summary.__dict__))

@@ -83,10 +83,18 @@ def ingest(
     lock_wait_s: float = 600.0,
     options: AnalysisOptions = DEFAULT_OPTIONS,
     rehash: bool = False,
+    phase: Callable[[str], None] | None = None,
 ) -> IngestSummary:
+    """Ingest `source` as `tag`. `progress` is told (files done, files, bytes done, bytes) as kernel folders are
+    stored; `phase` the step the ingest is in: walking, storing (dictionaries), storing and analysing,
+    linking, committing (the CLI shows both; nothing here prints)."""
     validate_tag(tag)
     started = time.monotonic()
+    if phase:
+        phase("walking")
     walk = walk_cache(source)
+    if progress:
+        progress(0, len(walk.files), 0, sum(f.size for f in walk.files))
     groups = groups_of(walk.files)
     if not any(analyze for _, _, analyze in groups):
         raise InputError(
@@ -109,6 +117,7 @@ def ingest(
                 lock_wait_s,
                 options,
                 rehash,
+                phase or _no_phase,
             )
             break
         except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
@@ -146,7 +155,9 @@ def _ingest_once(
     lock_wait_s: float,
     options: AnalysisOptions,
     rehash: bool,
+    phase: Callable[[str], None],
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
+    phase("reading the catalog")
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not replace:
@@ -156,14 +167,17 @@ def _ingest_once(
             schema = catalog.staging_schema(STAGED_COLUMNS)
         reused, groups = reuse_unchanged(groups, known, stats)
         home.store.ensure()
+        phase("storing (dictionaries)")
         train_missing(home.store, [f for _, files, _ in groups for f in files], workers)
         staging = Staging(home.staging_path, schema)
         try:
             seen = _Seen()
+            phase("storing and analysing")
             totals = _store_and_stage(
                 home, staging, walk, (reused, groups), known, workers, max_file_bytes, progress, options, seen
             )
             totals["files_unchanged"] = sum(len(r.files) for r in reused)
+            phase("linking")
             links = _link(home, seen, lock_wait_s)
             tables = {name: Table(name, STAGED_COLUMNS[name]) for name in links.rows}
             for name, rows in links.rows.items():
@@ -181,6 +195,7 @@ def _ingest_once(
                 "labels": labels or {},
                 **totals,
             }
+            phase("committing")
             with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
                 catalog.write_snapshot(
                     snapshot,
@@ -193,6 +208,10 @@ def _ingest_once(
         finally:
             staging.remove()
     return recorded, problem_list, totals, links, dict(sorted(seen.notes.items()))
+
+
+def _no_phase(name: str) -> None:
+    pass
 
 
 @dataclass

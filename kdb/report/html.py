@@ -21,7 +21,7 @@ from kdb.report import autotune, data
 COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
 # Titles sit at the top left, clear of the toolbar (drawn vertically at the right edge); axis labels get the room
 # they need (automargin) so long kernel names are never cut at the left edge.
-_LAYOUT = {
+_LAYOUT: dict[str, Any] = {
     "margin": {"l": 60, "r": 40, "t": 56, "b": 50},
     "height": 360,
     "modebar": {"orientation": "v"},
