@@ -93,13 +93,11 @@ FIXTURE_MARKS = {
     "llvm_bin": ("llvm",),
     "cuda_bin": ("nvidia_tools",),
 }
-# Tests sharing an expensive session fixture that is not cached on disk run on one xdist worker (--dist loadgroup).
-XDIST_GROUPS = {"same_target_diffs": "corpus-diffs", "pg": "postgres"}
 # Markers that put a test outside the fast tier (`-m "not slow"` needs no tool outside pip).
 SLOW_WITH = ("llvm", "browser", "postgres", "strace", "corpus_home")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = {name: check() for name, (check, _) in TOOLS.items()}
     require = bool(os.environ.get(REQUIRE_ALL_TOOLS))
@@ -109,9 +107,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if fixture in fixtures:
                 for mark in marks:
                     item.add_marker(mark)
-        for fixture, group in XDIST_GROUPS.items():
-            if fixture in fixtures:
-                item.add_marker(pytest.mark.xdist_group(group))
         names = {m.name for m in item.iter_markers()}
         if names & set(SLOW_WITH) and "slow" not in names:
             item.add_marker("slow")

@@ -214,6 +214,8 @@ def _prune(base: Path) -> None:
                     shutil.rmtree(p, ignore_errors=True)
             elif p.is_dir() and now - (p / "used").stat().st_mtime > KEEP_UNUSED_S:
                 _remove(p)
+            elif p.is_file() and now - p.stat().st_mtime > 24 * 3600:  # runs/: results of a finished run
+                p.unlink()
         except OSError:
             continue
 
@@ -297,6 +299,24 @@ def clone(src: Path, dest: Path) -> Path:
     if proc.returncode != 0:
         shutil.copytree(src, dest, symlinks=True)
     return dest
+
+
+def once_per_run(name: str, compute: Callable[[], object]) -> object:
+    """compute() once per pytest run, its JSON result shared by every xdist worker of the run (a session
+    fixture otherwise runs in each worker that needs it); without xdist, simply compute()."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return compute()
+    base = cache_root() / "runs"
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / f"{run}-{name}.json"
+    with FileLock(str(path) + ".lock"):
+        if not path.exists():
+            _prune(base)
+            tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+            tmp.write_text(json.dumps(compute()))
+            tmp.rename(path)
+        return json.loads(path.read_text())
 
 
 # -- the whole corpus, built in the background while the other tests run ----------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 import pairing_matrix as pm
 import pytest
 from conftest import ROOT
+from corpus_cache import once_per_run
 
 MIN_FOUND = 0.995
 
@@ -22,7 +23,9 @@ MIN_FOUND = 0.995
 def same_target_diffs(corpus_home, corpus_snapshots) -> list[tuple[pm.Snapshot, pm.Snapshot, dict]]:
     """`kdb diff A B --format json` of every same-target pair of the corpus, older release as A."""
     pairs = pm.pairs_to_check(corpus_snapshots)
-    docs = pm.diff_documents(corpus_home, pairs, runner=pm.in_process_runner)
+    docs = once_per_run(  # computed by one xdist worker of the run, read by the others
+        "same-target-diffs", lambda: pm.diff_documents(corpus_home, pairs, runner=pm.in_process_runner)
+    )
     return [(a, b, doc) for (a, b), doc in zip(pairs, docs, strict=True)]
 
 

@@ -10,6 +10,7 @@ import json
 
 import pairing_matrix as pm
 import pytest
+from corpus_cache import once_per_run
 from helpers import kdb_subprocess
 from test_pairing import same_target_diffs  # noqa: F401  (a shared session fixture)
 
@@ -22,7 +23,9 @@ def both_directions(corpus_home, same_target_diffs):  # noqa: F811
     """Every same-target pair as an upgrade (older -> newer) and as a rollback (newer -> older): a kernel
     that stops spilling in an upgrade starts spilling in the rollback."""
     reverse = [(b, a) for a, b, _ in same_target_diffs]
-    docs = pm.diff_documents(corpus_home, reverse, runner=pm.in_process_runner)
+    docs = once_per_run(  # computed by one xdist worker of the run, read by the others
+        "reverse-diffs", lambda: pm.diff_documents(corpus_home, reverse, runner=pm.in_process_runner)
+    )
     return list(same_target_diffs) + [(a, b, doc) for (a, b), doc in zip(reverse, docs, strict=True)]
 
 
