@@ -62,5 +62,10 @@ class UntrustedComparison(KdbError):
     exit_code = ExitCode.USAGE
 
 
+class CollectedMeanwhile(KdbError):
+    """Shared home: blobs or folders an ingest relied on were garbage-collected by a concurrent `kdb gc`
+    before it committed; nothing was recorded and the ingest is run again."""
+
+
 class ParseError(KdbError):
     """Raised by parsers (pure functions of bytes) for input they cannot read. Ingest records it as a problem."""

@@ -18,14 +18,14 @@ from typing import Any
 
 from kdb import __version__
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions
-from kdb.errors import InputError, IntegrityError, TagError, UsageError
+from kdb.errors import CollectedMeanwhile, InputError, IntegrityError, TagError, UsageError
 from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link_inductor
 from kdb.ingest.training import train_missing
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
 from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
 from kdb.store.catalog import Catalog, Table
-from kdb.store.home import CollectedMeanwhile, Home
+from kdb.store.home import Home
 from kdb.store.staging import Staging
 
 # Real Triton artifacts are at most a few MB; a file this large is not one of them.

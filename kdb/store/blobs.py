@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import zstandard
 
-from kdb.errors import IntegrityError
-from kdb.store.home import CollectedMeanwhile
+from kdb.errors import CollectedMeanwhile, IntegrityError
 
 HASH_NAME = "sha256"
 HASH_HEX_LEN = 64

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from kdb.errors import KdbError, UsageError
+from kdb.errors import UsageError
 
 if TYPE_CHECKING:
     from kdb.store.blobs import BlobStore
@@ -24,11 +24,6 @@ CATALOG_NAME = "catalog.duckdb"
 OBJECTS_DIR = "objects"
 LOCK_NAME = "write.lock"
 LAKE_DIR = "lake"  # a shared store's Parquet files (the DuckLake's DATA_PATH), beside objects/
-
-
-class CollectedMeanwhile(KdbError):
-    """Shared home: blobs or folders an ingest relied on were garbage-collected by a concurrent `kdb gc`
-    before it committed; nothing was recorded and the ingest is run again."""
 
 
 @dataclass(frozen=True)

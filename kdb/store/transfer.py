@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kdb.errors import TagError, UsageError
+from kdb.errors import CollectedMeanwhile, TagError, UsageError
 from kdb.store.catalog import Catalog
-from kdb.store.home import CollectedMeanwhile, Home
+from kdb.store.home import Home
 
 ATTEMPTS = 3  # a concurrent gc on a shared destination may collect a reused blob: copy again
 

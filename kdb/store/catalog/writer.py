@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdb.errors import KdbError, TagError
+from kdb.errors import CollectedMeanwhile, KdbError, TagError
 from kdb.store.catalog.connection import BLOCK_SIZE, STORAGE_VERSION, WRITE_MEMORY, CatalogConnection, literal
-from kdb.store.home import CollectedMeanwhile
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,181 @@
+"""`kdb.open()` and the object it returns: a kdb home (local or shared) seen from Python."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from kdb.api._core import diff_page, kernel_details, open_sides
+from kdb.api._results import Diff, Kernel, Snapshot
+from kdb.errors import UsageError
+from kdb.store.catalog import Catalog
+from kdb.store.home import Home, resolve_home, resolve_shared
+
+if TYPE_CHECKING:
+    from kdb.ingest.snapshot import IngestSummary
+    from kdb.store.catalog.frames import Relation
+
+DEFAULT_WAIT_S = 600.0  # as the CLI's --wait
+
+
+def open(
+    home: str | os.PathLike[str] | None = None,
+    *,
+    catalog: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    wait: float = DEFAULT_WAIT_S,
+) -> Kdb:
+    """Open a kdb home as the CLI would: `catalog` + `store` (else $KDB_CATALOG + $KDB_STORE) name a shared
+    home; otherwise `home`, else $KDB_HOME, else the user data directory. `wait`: seconds to wait for another
+    kdb process holding the catalog (the CLI's --wait). Nothing is created until the first ingest."""
+    shared = resolve_shared(catalog, store)
+    return Kdb(Home.shared(*shared) if shared else Home(resolve_home(home)), wait_s=wait)
+
+
+class Kdb:
+    """A kdb home. Every method opens the catalog for its own work and closes it again, so the object holds
+    nothing open between calls (an ingest in another process never waits for it); `close()` and the
+    context manager only end its use.
+
+    >>> import kdb
+    >>> with kdb.open("/tmp/kdb-home") as db:                        # doctest: +SKIP
+    ...     db.ingest("/tmp/triton_cache", "rocm6.2")
+    ...     db.kernels("rocm6.2").filter("vgpr_spill_count > 0").df()  # pandas, if installed
+    ...     d = db.diff("rocm6.1", "rocm6.2", fail_on=["new-spills"])
+    ...     d.exit_code, d.summary, d.kernels[0].reason
+    """
+
+    def __init__(self, home: Home, *, wait_s: float = DEFAULT_WAIT_S) -> None:
+        self._home = home
+        self._wait_s = wait_s
+        self._closed = False
+
+    @property
+    def home(self) -> Path:
+        """The home's directory (a shared home: its store path)."""
+        return self._home.root
+
+    @property
+    def is_shared(self) -> bool:
+        return self._home.is_shared
+
+    def __repr__(self) -> str:
+        return f"<kdb {self._home.describe()}{' (closed)' if self._closed else ''}>"
+
+    # -- lifetime --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """End the use of this object (later calls raise UsageError). Relations from `kernels()` stay valid."""
+        self._closed = True
+
+    def __enter__(self) -> Kdb:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> Home:
+        if self._closed:
+            raise UsageError("this kdb home was closed: open it again with kdb.open()")
+        return self._home
+
+    def _reader(self) -> Catalog:
+        home = self._check_open()
+        return Catalog.open(home.catalog, read_only=True, wait_s=self._wait_s)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def snapshots(self) -> list[Snapshot]:
+        """Every snapshot, oldest first (what `kdb tags --format json` lists); empty on a new home."""
+        if not self._check_open().has_catalog():
+            return []
+        with self._reader() as catalog:
+            return [Snapshot(**row) for row in catalog.list_snapshots()]
+
+    def kernels(self, tag: str) -> Relation:
+        """The `kernels` view's rows of snapshot `tag` (schema/README.md lists the columns), by name and cache
+        key, as a DuckDB relation: `.fetchall()`, `.filter("occupancy < 4")`, `.df()` (pandas), `.pl()`
+        (polars), `.arrow()` (pyarrow), with whichever library is installed. The rows are copied at the call
+        into an in-memory database: the relation holds the catalog open never, and outlives this object."""
+        from kdb.store.catalog.frames import kernels_relation
+
+        home = self._check_open()
+        where = home.location if home.location is not None else home.catalog_path
+        return kernels_relation(where, tag, wait_s=self._wait_s)
+
+    def kernel(self, tag: str, key: str) -> Kernel:
+        """One kernel of snapshot `tag`, named by its name or a unique cache-key prefix (the key `kdb diff`
+        prints): what `kdb show TAG --kernel KEY --format json` shows. UsageError when `key` names no kernel
+        or several (a glob: use `kernels(tag)`)."""
+        with self._reader() as catalog:
+            details = kernel_details(catalog, tag, key)
+        if len(details) > 1:
+            names = ", ".join(sorted({f"{d['name']} ({d['cache_key'][:8]})" for d in details})[:5])
+            raise UsageError(f"{key!r} names {len(details)} kernels in {tag!r} ({names}…): give a cache-key prefix")
+        return Kernel.from_detail(tag, details[0])
+
+    # -- ingesting -------------------------------------------------------------------------------------
+    def ingest(
+        self,
+        path: str | os.PathLike[str],
+        tag: str,
+        *,
+        labels: Mapping[str, str] | Iterable[str] | None = None,
+        replace: bool = False,
+        workers: int | None = None,
+        sass: bool = True,
+    ) -> IngestSummary:
+        """`kdb ingest PATH --tag TAG`: snapshot a cache directory; `labels` as {key: value} or ["key=value"];
+        `workers` processes (default: all cores); `sass=False` is `--no-sass`. Returns the summary
+        `kdb ingest --format json` prints (`problems` counts files recorded as problems: the CLI's exit 1)."""
+        from kdb.analysis.model import AnalysisOptions
+        from kdb.ingest.snapshot import ingest, parse_labels
+
+        home = self._check_open()
+        if labels is None:
+            parsed: dict[str, str] = {}
+        elif isinstance(labels, Mapping):
+            parsed = {str(k): str(v) for k, v in labels.items()}
+        else:
+            parsed = parse_labels(list(labels))
+        return ingest(
+            home,
+            Path(path),
+            tag,
+            labels=parsed,
+            replace=replace,
+            workers=workers,
+            lock_wait_s=self._wait_s,
+            options=AnalysisOptions(sass=sass),
+        )
+
+    # -- comparing -------------------------------------------------------------------------------------
+    def diff(
+        self,
+        a: str,
+        b: str,
+        *,
+        fail_on: Iterable[str] = (),
+        across_targets: bool = False,
+        min_match: float = 0.5,
+        allow_unknown: bool = False,
+    ) -> Diff:
+        """`kdb diff A B` of two snapshot tags: `fail_on` takes the CLI's --fail-on rules ("new-spills",
+        "vgpr:+10%", …); an untrusted comparison is returned (`Diff.trust_problem`, `exit_code` 2), not raised."""
+        from kdb.diff.engine import diff_sides
+        from kdb.diff.rules import check_min_match, parse_rules
+
+        home = self._check_open()
+        rules = parse_rules(list(fail_on))
+        check_min_match(min_match)
+        with open_sides(home, (a, b), self._wait_s) as (sa, sb):
+            result, _ = diff_sides(
+                sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
+            )
+
+        def page(limit: int) -> str:
+            with open_sides(self._check_open(), (a, b), self._wait_s) as (pa, pb):
+                return diff_page(pa, pb, across_targets=across_targets, limit=limit)
+
+        return Diff(result, page)
