@@ -39,7 +39,7 @@ table{border-collapse:collapse;font:12px ui-monospace,monospace}th,td{padding:2p
 border-bottom:1px solid #eee;white-space:nowrap}th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
 tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox,.tablebox{max-height:70vh;overflow:auto;border:1px solid #ddd}
 #kernels{width:100%}td .nm{display:inline-block;max-width:36ch;overflow:hidden;text-overflow:ellipsis;
-vertical-align:bottom}td.reason{white-space:normal;min-width:28ch}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
+vertical-align:bottom}td.reason{white-space:normal;min-width:28ch;overflow-wrap:anywhere}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
 .neutral{color:#7f7f7f}#drill{margin-top:12px;border:1px solid #ccc;padding:8px;display:none}
 #drill pre{max-height:360px;overflow:auto;background:#f8f8f8;padding:6px}.ins{color:#2ca02c}.del{color:#d62728}
 .hunk{color:#6f42c1}.side{display:inline-block;vertical-align:top;margin-right:24px}
@@ -257,11 +257,17 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     shifts = data.mix_shifts(r)
     bar = {
         "type": "bar",
-        "x": list(shifts),
-        "y": list(shifts.values()),
+        "orientation": "h",  # group names on the y axis: horizontal labels, never overlapping
+        "y": list(shifts),
+        "x": list(shifts.values()),
         "marker": {"color": ["#d62728" if v > 0 else "#2ca02c" for v in shifts.values()]},
     }
-    layout = _layout("instruction-mix shift by group (sum of B − A over paired kernels)", xaxis={"tickangle": -30})
+    layout = _layout(
+        "instruction-mix shift by group (sum of B − A over paired kernels)",
+        yaxis={"autorange": "reversed"},
+        xaxis={"title": {"text": "instructions, B − A"}},
+        height=max(360, 90 + 22 * len(shifts)),
+    )
     figs["plot-mix"], marks["plot-mix"] = _figure([bar], layout), len(shifts)
     return figs, marks
 
