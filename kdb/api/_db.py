@@ -175,7 +175,7 @@ class Kdb:
             )
 
         def page(limit: int) -> str:
-            with open_sides(self._check_open(), (a, b), self._wait_s) as (pa, pb):
+            with open_sides(home, (a, b), self._wait_s) as (pa, pb):  # works after close(), as relations do
                 return diff_page(pa, pb, across_targets=across_targets, limit=limit)
 
         return Diff(result, page)

@@ -181,7 +181,8 @@ class Diff:
         return render_diff(self.result, "csv")
 
     def to_html(self, path: str | Path, *, limit: int = 50) -> Path:
-        """Write the page `kdb report A B --output PATH [--limit N]` writes; return its path."""
+        """Write the page `kdb report A B --output PATH [--limit N]` writes; return its path. The page needs
+        the deep views of the worst kernels, so the two snapshots are read again (also after `Kdb.close()`)."""
         out = Path(path)
         out.write_text(self._page(limit), encoding="utf-8")
         return out
