@@ -10,7 +10,9 @@ snapshots themselves (`OptionDefaults.learn`):
   release, at least `UNIFORM_MIN_KERNELS` kernels) is what that release applied; when both sides are
   uniform and differ, the option changed with the release, not with the specialization;
 * **votes**: for a release the table lacks, each identity group with one kernel a side whose other-side
-  kernel sits at its own (known) default votes for the value this side holds; the majority is the default;
+  kernel sits at its own (known) default, with a value that differs from it, votes for the value this side
+  holds (a value set by the user is the same on both sides, so only a difference shows what this release
+  applied); the majority is the default;
 * **arch-independent table values**: a known release with an unknown target takes the values every target
   of that release agrees on.
 
@@ -268,6 +270,11 @@ def _votes(
             continue
         for option in set(vals_mine) | set(vals_other):
             if vals_mine.get(option) is None:  # not recorded here: says nothing of this release's default
+                continue
+            # Equal values pair whatever the defaults are, and a value equal to the other side's default may
+            # be an explicit setting: only a kernel that differs from its counterpart at its default shows
+            # what this release applied (an explicit setting is the same on both sides).
+            if _frozen(vals_mine.get(option)) == _frozen(vals_other.get(option)):
                 continue
             if _at_known_default(other, other_group, option, vals_other.get(option)):
                 votes.setdefault(group, {}).setdefault(option, Counter())[_frozen(vals_mine.get(option))] += 1
