@@ -494,14 +494,24 @@ def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
 @needs_corpus
 @needs_tools
 @per_snapshot
-def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_snapshot, ingested_copy, capsys) -> None:
-    """What users query (`kernels` view) against cuobjdump, and local memory against the driver's own
-    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES where the GPU fixture measured the kernel."""
+def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_snapshot, capsys) -> None:
+    """What users query (`kernels` view, `kernel_analysis.co_arch`) against cuobjdump, and local memory against
+    the driver's own CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES where the GPU fixture measured the kernel. The only
+    problem an ingest of the corpus may record is an occupancy kdb cannot know (tests/test_nvidia_occupancy.py
+    checks each against the calculator)."""
+    import corpus_cache
+    from conftest import archive_of
     from helpers import kdb
 
     cache = unpack_snapshot(snapshot)
-    home = ingested_copy([(snapshot, snapshot)], sass=False)  # `kdb ingest cache --tag SNAPSHOT --no-sass`: exit 0
-    q = "SELECT cache_key, name, registers, stack_bytes, static_shared, local_bytes, occupancy_unit FROM kernels"
+    # `kdb ingest cache --tag SNAPSHOT --no-sass`, cached; read-only here
+    home = corpus_cache.ingested_home([(snapshot, archive_of(snapshot))], sass=False)
+    problems = kdb(capsys, home, "sql", "SELECT cache_key, stage, reason FROM problems", "--format", "json").json()
+    assert all(p["stage"] == "occupancy" and p["reason"] for p in problems), problems
+    q = (
+        "SELECT k.cache_key, k.name, k.registers, k.stack_bytes, k.static_shared, k.local_bytes, k.occupancy_unit, "
+        "a.co_arch FROM kernels k JOIN kernel_analysis a USING (folder_digest)"
+    )
     rows = kdb(capsys, home, "sql", q, "--format", "json").json()
     assert len(rows) == load_manifest()["snapshots"][snapshot]["kernel_count"]
     fixture = _occupancy_fixture()
@@ -520,6 +530,13 @@ def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_sn
             want["shared"],
         ), row["cache_key"]
         assert row["occupancy_unit"] == "warps/SM"
+        # the target as the compiler named it (cuobjdump -lelf: add_one.sm_100a.cubin; the first tool that reads it)
+        lelf, release = cuobjdump_answer("-lelf", str(folder / f"{row['name']}.cubin"))
+        (named,) = LELF_RE.findall(lelf)
+        if release >= (13, 0):
+            assert named == row["co_arch"], row["cache_key"]
+        else:  # cuobjdump 12.x drops the `a` of ABI-8 cubins (test_cubin_resources_match_cuobjdump)
+            assert named in (row["co_arch"], row["co_arch"].removesuffix("a")), row["cache_key"]
         if row["cache_key"] in driver_local:
             assert row["local_bytes"] == driver_local[row["cache_key"]], row["cache_key"]
     assert not fixture or fixture["snapshot"] != snapshot or driver_local

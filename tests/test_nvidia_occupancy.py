@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -259,3 +260,74 @@ def test_table_covers_cuda_13_architectures_and_names() -> None:
     for unknown in (0, 99, "sm_101", "gfx942", "", "sm_"):
         with pytest.raises(UsageError, match="no occupancy table"):
             nv.limits_for(unknown)
+
+
+# ---- every corpus kernel, as kdb ingests it, against the calculator ------------------------------------------
+
+# "\tAttribute:\tEIATTR_VRC_CTA_INIT_COUNT\n\tFormat:\tEIFMT_BVAL\n\tValue:\t0x80"
+ELF_ATTR_RE = re.compile(
+    r"^\tAttribute:\t(EIATTR_NUM_BARRIERS|EIATTR_VRC_CTA_INIT_COUNT)\n\tFormat:\t\w+\n\tValue:\t(0x[0-9a-f]+)", re.M
+)
+
+
+def _cuda_snapshots() -> list[str]:
+    manifest = ROOT / "corpus" / "manifest.json"
+    if not manifest.exists():
+        return []
+    return sorted(n for n, e in json.loads(manifest.read_text())["snapshots"].items() if e.get("backend") == "cuda")
+
+
+@needs_calculator
+@pytest.mark.nvidia_tools
+@pytest.mark.parametrize("snapshot", _cuda_snapshots() or ["<no corpus>"])
+def test_corpus_occupancy_equals_calculator(snapshot: str, unpack_snapshot, capsys, calculator) -> None:
+    """What users query (`kernels.occupancy`, `occupancy_limiter`) for every kernel of every CUDA snapshot, against
+    the calculator fed by the oracles: cuobjdump's REG and SHARED (less the reservation, as the driver charges it)
+    and its EIATTR_NUM_BARRIERS / EIATTR_VRC_CTA_INIT_COUNT, Triton's JSON for num_warps and the dynamic size.
+    Where the calculator's answer depends on whether those two attributes are charged, kdb must say unknown."""
+    import corpus_cache
+    from conftest import archive_of
+    from helpers import kdb
+    from test_nvidia_analysis import cuobjdump, resource_usage
+
+    if snapshot == "<no corpus>":
+        pytest.skip("corpus/manifest.json lists no CUDA snapshot")
+    cache = unpack_snapshot(snapshot)
+    # `kdb ingest cache --tag SNAPSHOT --no-sass` (exit 1 where it records an unknown occupancy), cached, read-only
+    home = corpus_cache.ingested_home([(snapshot, archive_of(snapshot))], sass=False)
+    q = "SELECT cache_key, name, num_warps, shared, occupancy, occupancy_limiter, occupancy_unit FROM kernels"
+    rows = kdb(capsys, home, "sql", q, "--format", "json").json()
+    q = "SELECT cache_key, reason FROM problems WHERE stage = 'occupancy'"
+    unknown = {r["cache_key"]: r["reason"] for r in kdb(capsys, home, "sql", q, "--format", "json").json()}
+    points, kernels = [], []
+    for row in rows:
+        folder = cache / row["cache_key"]
+        meta = json.loads((folder / f"{row['name']}.json").read_text())
+        cubin = folder / f"{row['name']}.cubin"
+        target = meta["target"]
+        arch = target["arch"] if isinstance(target, dict) else target[-1]
+        usage = resource_usage(cubin)[meta["name"]]
+        declared = {k: int(v, 16) for k, v in ELF_ATTR_RE.findall(cuobjdump("-elf", str(cubin)))}
+        lim = nv.limits_for(arch)
+        static = max(usage["shared"] - lim.shared_reserved_per_block, 0)
+        base = (arch, meta["num_warps"], usage["reg"], static, meta["shared"])
+        points += [
+            (*base, 1, 0),
+            (*base, declared.get("EIATTR_NUM_BARRIERS", 0), declared.get("EIATTR_VRC_CTA_INIT_COUNT", 0)),
+        ]
+        kernels.append(row)
+    answers = calculator(points)
+    known = 0
+    for i, row in enumerate(kernels):
+        (blocks, factors), (declared_blocks, _) = answers[2 * i], answers[2 * i + 1]
+        if blocks != declared_blocks:
+            assert row["occupancy"] is None, row["cache_key"]
+            assert f"{blocks} blocks/SM" in unknown[row["cache_key"]], unknown[row["cache_key"]]
+            assert f"{declared_blocks} (" in unknown[row["cache_key"]]
+            continue
+        assert row["cache_key"] not in unknown, unknown.get(row["cache_key"])
+        assert row["occupancy"] == blocks * row["num_warps"], row["cache_key"]
+        assert factors & FACTOR_BITS[row["occupancy_limiter"]], (row["cache_key"], row["occupancy_limiter"], factors)
+        assert row["occupancy_unit"] == "warps/SM"
+        known += 1
+    assert known > len(kernels) // 2

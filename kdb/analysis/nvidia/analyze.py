@@ -50,13 +50,14 @@ def analyze_nvidia(
                 code_size=kernel.code_size,
                 max_workgroup_size=(kernel.max_threads or kernel.req_threads or (None,))[0],
                 wavefront_size=32,
+                occupancy_unit="warps/SM",  # also where the figure is unknown (a problem says why)
                 co_metadata=json.dumps(_co_metadata(cubin, kernel), sort_keys=True),
             )
             if meta.arch is not None and nv_occupancy.arch_number(meta.arch) != cubin.arch:
                 add_problem(out, cubin_file, "target", f"the JSON names {meta.arch}, the cubin {cubin.arch_name}")
             try:
                 warps, limiter = kernel_occupancy(cubin, kernel, meta)
-                row.update(occupancy=warps, occupancy_limiter=limiter, occupancy_unit="warps/SM")
+                row.update(occupancy=warps, occupancy_limiter=limiter)
             except KdbError as exc:
                 add_problem(out, cubin_file, "occupancy", str(exc))
         except ParseError as exc:
