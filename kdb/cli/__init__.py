@@ -229,16 +229,9 @@ def show(
         raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
     with _reader() as catalog:
         if kernel is not None:
-            rows = catalog.kernel_rows(tag, kernel)
-            if not rows:
-                raise UsageError(f"no kernel matching {kernel!r} in snapshot {tag!r}")
-            by_prefix = {r["cache_key"] for r in rows if r["name"] != kernel}
-            if len(by_prefix) > 1 and not any(c in kernel for c in "*?[") and all(r["name"] != kernel for r in rows):
-                keys = ", ".join(sorted(k[: len(kernel) + 4] for k in by_prefix)[:5])
-                raise UsageError(
-                    f"cache-key prefix {kernel!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)"
-                )
-            details = [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
+            from kdb.api._core import kernel_details  # the Python API's Kdb.kernel runs the same lookup
+
+            details = kernel_details(catalog, tag, kernel)
             _page(listings.render_kernels(details, fmt), enabled=fmt == "table")
             return
         _out(
@@ -541,6 +534,7 @@ def diff_cmd(
     On a terminal the table fits its width, is coloured (unless NO_COLOR is set) and goes through a pager
     ($KDB_PAGER, else $PAGER, else less) when longer than the screen.
     """
+    from kdb.api._core import exit_code
     from kdb.diff import render as diff_render
     from kdb.diff.engine import diff_sides, select
     from kdb.diff.rules import check_min_match, parse_rules
@@ -574,12 +568,11 @@ def diff_cmd(
             _warn(f"{kernel!r} matches {matched} kernels: showing the first {limit}, worst first (--limit N)")
     opts = TableOptions(width=terminal_width(), color=use_color(), only=only, top=top, show_all=show_all)
     _page(diff_render.render_diff(result, fmt, views, opts), enabled=fmt == "table" and not no_pager)
-    if result.trust_problem:
-        raise UntrustedComparison(result.trust_problem)
-    if result.fired:
-        raise typer.Exit(ExitCode.FINDINGS)
-    if result.unknown_rules and not allow_unknown:
-        raise typer.Exit(ExitCode.UNKNOWN)
+    code = exit_code(result)  # the Python API's Diff.exit_code
+    if code == ExitCode.USAGE:
+        raise UntrustedComparison(str(result.trust_problem))
+    if code:
+        raise typer.Exit(code)
 
 
 def _warn(text: str) -> None:
@@ -598,32 +591,17 @@ def report(
     limit: Annotated[int, typer.Option("--limit", metavar="N", help="ISA hunks for the N worst changed kernels")] = 50,
 ) -> None:
     """Write one self-contained static HTML report (plots, sortable table, drill-down) that opens from file://."""
-    from kdb.report import html as report_html
+    from kdb.api._core import diff_page, snapshot_page  # the Python API's Diff.to_html writes the same page
 
     with ExitStack() as stack:
         if b is None:
             catalog, _store, tag, label = stack.enter_context(_diff_source(a))
-            kernels = catalog.kernel_rows(tag, "*")
-            keys = [k["cache_key"] for k in kernels]
-            lines, mixes = catalog.source_lines_of(tag, keys), catalog.diff_instr_mix(tag, keys)
-            details = {
-                key: {"lines": lines.get(key, []), "mix": [{"grp": g, "count": c} for _, g, c in mixes.get(key, [])]}
-                for key in keys
-            }
-            text = report_html.snapshot_report(label, kernels, details, catalog.autotune_configs(tag))
+            text = snapshot_page(catalog, tag, label)
         else:
-            from kdb.diff.engine import report_sides
             from kdb.diff.sides import load_side
 
-            sides = [load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b)]
-            result, views = report_sides(*sides, across_targets=across_targets, limit=limit)
-            hot: dict[tuple[str, str], list[dict]] = {}
-            for name, side in (("a", sides[0]), ("b", sides[1])):
-                keys = [k for v in views if (k := v.kernel.a_cache_key if name == "a" else v.kernel.b_cache_key)]
-                for key, rows in side.catalog.source_lines_of(side.tag, keys).items():
-                    hot[name, key] = rows
-            tuned = (sides[0].catalog.autotune_configs(sides[0].tag), sides[1].catalog.autotune_configs(sides[1].tag))
-            text = report_html.diff_report(result, views, hot, tuned)
+            sa, sb = (load_side(*stack.enter_context(_diff_source(ref))) for ref in (a, b))
+            text = diff_page(sa, sb, across_targets=across_targets, limit=limit)
     output.write_text(text, encoding="utf-8")
     _out(f"wrote {output} ({tables.human_bytes(len(text.encode()))})\n")
 
