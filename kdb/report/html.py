@@ -39,7 +39,9 @@ table{border-collapse:collapse;font:12px ui-monospace,monospace}th,td{padding:2p
 border-bottom:1px solid #eee;white-space:nowrap}th{cursor:pointer;background:#f4f4f4;position:sticky;top:0}
 tbody tr:hover{background:#eef}tr.sel{background:#dde}#tablebox,.tablebox{max-height:70vh;overflow:auto;border:1px solid #ddd}
 #kernels{width:100%}td .nm{display:inline-block;max-width:36ch;overflow:hidden;text-overflow:ellipsis;
-vertical-align:bottom}td.reason{white-space:normal;min-width:28ch;overflow-wrap:anywhere}.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
+vertical-align:bottom}td.reason{white-space:normal;min-width:28ch;overflow-wrap:anywhere}
+#autotune-table{width:100%}#autotune-table td{white-space:normal;overflow-wrap:anywhere}
+.regressed{color:#d62728}.improved{color:#2ca02c}.mixed{color:#ff7f0e}
 .neutral{color:#7f7f7f}#drill{margin-top:12px;border:1px solid #ccc;padding:8px;display:none}
 #drill pre{max-height:360px;overflow:auto;background:#f8f8f8;padding:6px}.ins{color:#2ca02c}.del{color:#d62728}
 .hunk{color:#6f42c1}.side{display:inline-block;vertical-align:top;margin-right:24px}
@@ -152,6 +154,14 @@ def scratch_title(backends: set[str | None]) -> str:
     return "scratch bytes"
 
 
+NVIDIA_HEADERS = {"VGPRs": "registers", "scratch": "local", "LDS": "shared"}
+
+
+def vendor_headers(headers: Sequence[str], backends: set[str | None]) -> list[str]:
+    """Column headers in an NVIDIA-only report's words (registers, local memory, shared memory)."""
+    return [NVIDIA_HEADERS.get(h, h) for h in headers] if backends == {"cuda"} else list(headers)
+
+
 def log_ticks(values: Sequence[float]) -> dict[str, Any]:
     """Tick values and labels for a log axis over `values`: 1-2-5 steps (1 per decade over a wide range),
     each written once as %g, instead of plotly's minor digits that overlap on a narrow range."""
@@ -251,6 +261,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
         barmode="group",
         height=max(360, 90 + 22 * len(shown) * (1 + (len(series) > 1))),
         yaxis={"autorange": "reversed", "tickfont": {"family": "ui-monospace, monospace", "size": 11}},
+        xaxis={"title": {"text": "B − A (spills: count; memory: bytes)"}},
         legend={"orientation": "h", "y": -0.12 if shown else 1},
     )
     figs["plot-spills"], marks["plot-spills"] = _figure(bars, layout), len(shown)
@@ -391,7 +402,8 @@ def diff_report(
     subtitle += "".join(f"\nassumed: {line}" for line in r.assumptions)
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
-    return _page(title, subtitle, list(figs), HEADERS, payload, extra)
+    backends = {k.facts.backend for k in r.kernels if k.facts is not None}
+    return _page(title, subtitle, list(figs), vendor_headers(HEADERS, backends), payload, extra)
 
 
 def snapshot_report(
@@ -451,13 +463,15 @@ def snapshot_report(
         barmode="group",
         height=max(360, 90 + 22 * len(shown) * len(series)),
         yaxis={"autorange": "reversed", "tickfont": {"family": "ui-monospace, monospace", "size": 11}},
+        xaxis={"title": {"text": "bytes; spills: count"}},
         legend={"orientation": "h", "y": -0.12 if shown else 1},
     )
     figs["plot-spilling"], marks["plot-spilling"] = _figure(bars, layout), len(shown)
     rows = data.snapshot_rows(kernels)
+    headers = vendor_headers(data.SNAPSHOT_HEADERS, backends)
     drill = {}
     for r, k in zip(rows, kernels, strict=True):
-        facts = [[h, c, "", "", ""] for h, c in zip(data.SNAPSHOT_HEADERS, r["cells"], strict=True)]
+        facts = [[h, c, "", "", ""] for h, c in zip(headers, r["cells"], strict=True)]
         drill[str(r["id"])] = {
             "name": k["name"],
             "a_key": k["cache_key"],
@@ -486,4 +500,4 @@ def snapshot_report(
     )
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
-    return _page(f"kdb snapshot {tag}", f"{len(kernels)} kernels", list(figs), data.SNAPSHOT_HEADERS, payload, extra)
+    return _page(f"kdb snapshot {tag}", f"{len(kernels)} kernels", list(figs), headers, payload, extra)
