@@ -189,6 +189,11 @@ def test_snapshot_report_shows_autotune_winners_and_losers(tmp_path, unpacked_ar
         assert page.locator("#autotune-table tbody tr").count() == len(files)
         caption = page.locator("#autotune-caption").inner_text()
         assert caption.startswith(f"{len(drawn)} configs drawn")
+        for plot in ("plot-autotune-registers", "plot-autotune-occupancy"):  # log axes with readable ticks
+            g = page.evaluate(_GEOMETRY, plot)
+            assert g["clipped"] == [] and g["overlaps"] == [], (plot, g)
+            ticks = page.evaluate(f"[...document.querySelectorAll('#{plot} .ytick text')].map(t => t.textContent)")
+            assert len(ticks) >= 2 and len(ticks) == len(set(ticks)), ticks
         assert ("without a time or a linked kernel folder" in caption) == (len(drawn) < timed)
         browser.close()
     assert problems == [], problems
