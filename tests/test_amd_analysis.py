@@ -23,7 +23,10 @@ from kdb.analysis.amd import disasm
 from kdb.analysis.amd.amdgcn import GROUPS, classify, parse_amdgcn
 from kdb.analysis.amd.hsaco import parse_hsaco
 from kdb.analysis.amd.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
+from kdb.analysis.folder import analyze_folder
+from kdb.analysis.model import FolderFile
 from kdb.errors import KdbError, ParseError
+from kdb.ingest.walker import classify as classify_file
 from kdb.triton.ttgir import parse_ttgir
 
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
@@ -169,6 +172,8 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
         assert co.arch == readelf_arch(kernel.hsaco_path) == kernel.meta["target"]["arch"] == entry["target"]
         # amdgcn-amd-amdhsa--gfx942 up to 3.8; amdgpu9.42-amd-amdhsa-unknown-gfx942 (LLVM's new triple) in 3.9
         assert co.target is not None and co.target.rsplit("-", 1)[1].split(":")[0] == co.arch
+        # the note names the processor; e_flags agrees (kdb's table knows every corpus processor's machine number)
+        assert co.arch_source == "amdhsa.target" and co.flags_arch == co.arch
         assert co.code_object_version == expected_version
         assert parsed.code_size > 0 and parsed.code_offset + parsed.code_size <= len(kernel.hsaco)
         assert parsed.wave32 == (parsed.wavefront_size == 32)
@@ -236,6 +241,104 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
         assert with_comment > 0
     else:
         assert with_comment == 0  # Triton 3.0/3.1 write no `; Kernel info` block
+
+
+def _folder(kernel: Kernel, patch: dict[str, tuple[bytes, bytes]] | None = None) -> tuple[FolderFile, list[FolderFile]]:
+    """The kernel folder as ingest hands it to analysis; `patch` replaces bytes in the kernel's file of a suffix."""
+    files = []
+    for path in sorted(p for p in kernel.folder.iterdir() if p.is_file()):
+        data = path.read_bytes()
+        for suffix, (old, new) in (patch or {}).items():
+            if path.name == kernel.name + suffix:
+                assert old in data, (path.name, old)
+                data = data.replace(old, new)
+        files.append(FolderFile(f"key/{path.name}", classify_file(path.name), data))
+    return next(f for f in files if f.rel == f"key/{kernel.name}.json"), files
+
+
+@needs_corpus
+@per_snapshot
+def test_analysis_rows_match_oracles(snapshot: str, snapshot_kernels) -> None:
+    """What ingest records per kernel: the processor as the compiler named it, LLVM's own occupancy, the note's
+    register counts, and no problem on any corpus kernel."""
+    entry = load_manifest()["snapshots"][snapshot]
+    for kernel in snapshot_kernels(snapshot):
+        json_file, files = _folder(kernel)
+        out = analyze_folder("key", "digest", json_file, files)
+        row = out.rows["kernel_analysis"][0]
+        assert out.problems == [], (kernel.folder.name, out.problems)
+        assert row["co_arch"] == entry["target"] == kernel.meta["target"]["arch"]
+        note = readelf_kernels(kernel.hsaco_path)[kernel.name]
+        assert (row["vgpr_count"], row["sgpr_count"]) == (int(note["vgpr_count"]), int(note["sgpr_count"]))
+        assert row["lds_static"] == int(note["group_segment_fixed_size"])
+        assert row["scratch_bytes"] == int(note["private_segment_fixed_size"])
+        assert row["wavefront_size"] == int(note["wavefront_size"])
+        comment = OCCUPANCY_RE.search(kernel.text("amdgcn") or "")
+        if comment is not None:
+            assert row["occupancy_llvm"] == int(comment.group(1)) == row["asm_occupancy"], kernel.folder.name
+        else:
+            assert row["occupancy_llvm"] is not None  # Triton 3.0/3.1: kdb's figure, no comment to hold it to
+
+
+def _one_kernel(prefix: str, snapshot_kernels) -> Kernel:
+    # a release whose asm carries `; Occupancy:` (3.2 and later)
+    snapshot = next((s for s in HIP_SNAPSHOTS if s.endswith(prefix) and _release(s) >= (3, 2)), None)
+    if snapshot is None:
+        pytest.skip(f"no corpus snapshot for {prefix}")
+    return snapshot_kernels(snapshot)[0]
+
+
+@needs_corpus
+def test_target_named_by_note_then_json_then_asm_then_flags(snapshot_kernels) -> None:
+    """Each source in turn made unreadable: the next one names the processor; with none left, no arch at all."""
+    kernel = _one_kernel("gfx942", snapshot_kernels)
+    target = parse_hsaco(kernel.hsaco).target
+    asm_target = re.search(r'\.amdgcn_target "[^"]*"', kernel.text("amdgcn") or "")
+    assert target is not None and asm_target is not None
+    assert readelf_arch(kernel.hsaco_path) == "gfx942" and kernel.hsaco[48] == 0x4C  # e_flags & 0xff
+    odd_flags = (kernel.hsaco[:52], kernel.hsaco[:48] + b"\xee" + kernel.hsaco[49:52])
+    odd_note = (target.encode(), target.replace("gfx942", "gfx9z2").encode())
+    odd_json = (b'"arch": "gfx942"', b'"arch": "gfxzz2"')
+    odd_asm = (asm_target.group(0).encode(), asm_target.group(0).replace("gfx942", "gfx9z2").encode())
+
+    def analysed(**patch: tuple[bytes, bytes]) -> tuple[dict, dict[str, str]]:
+        json_file, files = _folder(kernel, {f".{suffix}": change for suffix, change in patch.items()})
+        out = analyze_folder("key", "digest", json_file, files)
+        return out.rows["kernel_analysis"][0], {stage: reason for _, stage, reason in out.problems}
+
+    assert analysed(hsaco=odd_flags)[0]["co_arch"] == "gfx942"  # the note names it
+    assert analysed(hsaco=odd_note) == analysed()  # the JSON (then the asm, e_flags) name the same
+    assert analysed(hsaco=odd_note, json=odd_json)[0]["co_arch"] == "gfx942"  # the asm's .amdgcn_target
+    row, problems = analysed(hsaco=odd_note, json=odd_json, amdgcn=odd_asm)
+    assert row["co_arch"] == "gfx942" and problems == {}  # e_flags, the last resort
+    # nothing names it: no arch, no figure of kdb's own, LLVM's comment kept and said to be LLVM's alone
+    hsaco = kernel.hsaco.replace(*odd_note)
+    row, problems = analysed(hsaco=(kernel.hsaco, hsaco[:48] + b"\xee" + hsaco[49:]), json=odd_json, amdgcn=odd_asm)
+    assert row["co_arch"] is None
+    assert "no source names the processor" in problems["target"] and "0xee" in problems["target"]
+    comment = OCCUPANCY_RE.search(kernel.text("amdgcn") or "")
+    assert comment is not None
+    assert row["occupancy_llvm"] == int(comment.group(1)) and row.get("occupancy") is None
+    assert problems["occupancy"].startswith("unknown processor: occupancy from LLVM's comment only")
+    assert row["vgpr_count"] == parse_hsaco(kernel.hsaco).kernels[0].vgpr_count  # the note's figures stay
+
+
+@needs_corpus
+def test_sources_that_disagree_are_reported(snapshot_kernels) -> None:
+    kernel = _one_kernel("gfx942", snapshot_kernels)
+    target = parse_hsaco(kernel.hsaco).target
+    assert target is not None
+    # a processor newer than kdb's table, named by the note: kept as named, occupancy from LLVM's comment
+    newer = (target.encode(), target.encode().replace(b"gfx942", b"gfx9f2"))
+    json_file, files = _folder(kernel, {".hsaco": newer})
+    out = analyze_folder("key", "digest", json_file, files)
+    row = out.rows["kernel_analysis"][0]
+    assert row["co_arch"] == "gfx9f2"
+    stages = {stage: reason for _, stage, reason in out.problems}
+    assert "amdhsa.target names gfx9f2" in stages["target"] and "Triton JSON target names gfx942" in stages["target"]
+    assert stages["occupancy"].startswith("gfx9f2: occupancy from LLVM's comment only")
+    comment = OCCUPANCY_RE.search(kernel.text("amdgcn") or "")
+    assert comment is not None and row["occupancy_llvm"] == int(comment.group(1))
 
 
 @needs_corpus

@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from kdb.analysis.amd import occupancy
-from kdb.analysis.amd.amdgcn import classify, parse_amdgcn
+from kdb.analysis.amd.amdgcn import AsmKernel, AsmListing, classify, parse_amdgcn
 from kdb.analysis.amd.disasm import disassemble_mnemonics
-from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.analysis.amd.hsaco import CodeObject, KernelObject, parse_hsaco
+from kdb.analysis.amd.occupancy import ARCH_BY_MACH, processor_name, processor_table
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, add_problem, first_file, text_of
 from kdb.errors import KdbError, ParseError
 from kdb.triton.kernel_json import KernelMeta
@@ -23,8 +24,9 @@ def analyze_amd(
     options: AnalysisOptions,
 ) -> None:
     hsaco = first_file(files, "hsaco", meta.name)
-    kernel = None
-    arch = meta.arch or ""  # the code object's own arch once it is parsed (every use below needs it parsed)
+    asm_file = first_file(files, "amdgcn", meta.name)
+    listing, asm_error = _listing(asm_file)
+    co = kernel = None
     if hsaco is None:
         add_problem(out, None, "hsaco", "no code object (.hsaco) in the kernel folder")
     else:
@@ -33,125 +35,190 @@ def analyze_amd(
             kernel = next((k for k in co.kernels if k.name == meta.name), co.kernels[0] if co.kernels else None)
             if kernel is None:
                 raise ParseError("code object holds no kernel")
-            arch = co.arch
-            row.update(
-                co_arch=co.arch,
-                co_version=co.code_object_version,
-                xnack=co.xnack,
-                sramecc=co.sramecc,
-                vgpr_count=kernel.vgpr_count,
-                agpr_count=kernel.agpr_count,
-                sgpr_count=kernel.sgpr_count,
-                vgpr_spill_count=kernel.vgpr_spill_count,
-                sgpr_spill_count=kernel.sgpr_spill_count,
-                lds_static=kernel.group_segment_fixed_size,
-                scratch_bytes=kernel.private_segment_fixed_size,
-                wavefront_size=kernel.wavefront_size,
-                max_workgroup_size=kernel.max_flat_workgroup_size,
-                kernarg_size=kernel.kernarg_segment_size,
-                dynamic_stack=kernel.uses_dynamic_stack,
-                code_size=kernel.code_size,
-                registers=kernel.vgpr_count,
-                stack_bytes=kernel.private_segment_fixed_size,
-                local_bytes=kernel.private_segment_fixed_size,
-                co_metadata=json.dumps(kernel.metadata, sort_keys=True),
-                descriptor=json.dumps(_descriptor(kernel), sort_keys=True),
-            )
         except ParseError as exc:
             add_problem(out, hsaco, "hsaco", str(exc))
-            kernel = None
-    if kernel is not None:
-        try:
-            wave = kernel.wavefront_size
-            # The hardware reserves what the descriptor allocates, which `waves_per_eu` can raise above use.
-            alloc = {
-                "allocated_vgprs": kernel.descriptor_vgprs,
-                "waves_per_eu": _int_or_none(meta.raw.get("waves_per_eu")),
-            }
-            occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
-            lds = kernel.group_segment_fixed_size + (meta.shared or 0)
-            launch, launch_lim = occupancy.launch_occupancy(
-                arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
-            )
-            # Headroom only where VGPRs are what limits the launch: elsewhere fewer VGPRs gain nothing.
-            headroom = (
-                occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
-                if launch_lim == "vgpr"
-                else None
-            )
-            row.update(
-                occupancy_llvm=occ,
-                occupancy_llvm_limiter=lim,
-                occupancy=launch,
-                occupancy_limiter=launch_lim,
-                occupancy_unit="waves/SIMD",
-                vgpr_headroom=headroom,
-            )
-        except KdbError as exc:
-            add_problem(out, hsaco, "occupancy", str(exc))
-
-    asm_file = first_file(files, "amdgcn", meta.name)
-    private = bool(kernel and kernel.private_segment_fixed_size)
-    if asm_file is not None:
-        try:
-            listing = parse_amdgcn(text_of(asm_file))
-            asm = next(
-                (k for k in listing.kernels if k.name == meta.name), listing.kernels[0] if listing.kernels else None
-            )
-            if asm is None:
-                raise ParseError("no kernel function in the asm")
-            info_occ = asm.kernel_info.get("Occupancy")
-            row.update(
-                asm_occupancy=info_occ if isinstance(info_occ, int) else None,
-                kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
-                instr_source="amdgcn",
-                instr_count=asm.instruction_count,
-                spill_count=asm.spill_count,
-                reload_count=asm.reload_count,
-                scratch_instr_count=asm.scratch_instructions,
-            )
-            # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
-            for (mnemonic, grp), count in sorted(asm.mix.items()):
-                out.add(
-                    "instr_mix_counts",
-                    folder_digest=folder_digest,
-                    source="amdgcn",
-                    mnemonic=mnemonic,
-                    grp=grp,
-                    count=count,
-                )
-            for (file, line, grp), count in sorted(asm.lines.items()):
-                out.add(
-                    "source_line_counts",
-                    folder_digest=folder_digest,
-                    source="amdgcn",
-                    file=file,
-                    line=line,
-                    grp=grp,
-                    count=count,
-                )
-            return
-        except ParseError as exc:
-            add_problem(out, asm_file, "amdgcn", str(exc))
-    if hsaco is not None and kernel is not None:
-        counts = disassemble_mnemonics(hsaco.data, arch, kernel.name)
-        if counts is None:
-            return
-        groups = {m: classify(m, private) for m in counts}
+            co = kernel = None
+    arch = _processor(out, hsaco, co, meta, listing)
+    if co is not None and kernel is not None:
         row.update(
-            instr_source="llvm-objdump",
-            instr_count=sum(counts.values()),
-            scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"),
+            co_arch=arch,
+            co_version=co.code_object_version,
+            xnack=co.xnack,
+            sramecc=co.sramecc,
+            vgpr_count=kernel.vgpr_count,
+            agpr_count=kernel.agpr_count,
+            sgpr_count=kernel.sgpr_count,
+            vgpr_spill_count=kernel.vgpr_spill_count,
+            sgpr_spill_count=kernel.sgpr_spill_count,
+            lds_static=kernel.group_segment_fixed_size,
+            scratch_bytes=kernel.private_segment_fixed_size,
+            wavefront_size=kernel.wavefront_size,
+            max_workgroup_size=kernel.max_flat_workgroup_size,
+            kernarg_size=kernel.kernarg_segment_size,
+            dynamic_stack=kernel.uses_dynamic_stack,
+            code_size=kernel.code_size,
+            registers=kernel.vgpr_count,
+            stack_bytes=kernel.private_segment_fixed_size,
+            local_bytes=kernel.private_segment_fixed_size,
+            co_metadata=json.dumps(kernel.metadata, sort_keys=True),
+            descriptor=json.dumps(_descriptor(kernel), sort_keys=True),
         )
-        for mnemonic, count in sorted(counts.items()):
-            out.add(
-                "instr_mix_counts",
-                folder_digest=folder_digest,
-                source="llvm-objdump",
-                mnemonic=mnemonic,
-                grp=groups[mnemonic],
-                count=count,
-            )
+        _occupancy(out, row, hsaco, arch, kernel, meta, _asm_kernel(listing, meta.name))
+
+    if listing is not None and (asm := _asm_kernel(listing, meta.name)) is not None:
+        _asm_facts(out, row, folder_digest, asm)
+        return
+    if asm_file is not None:
+        add_problem(out, asm_file, "amdgcn", asm_error or "no kernel function in the asm")
+    if hsaco is not None and kernel is not None:
+        if arch is None:
+            add_problem(out, hsaco, "disasm", "no llvm-objdump mix: the processor is unknown")
+            return
+        _objdump_mix(out, row, folder_digest, hsaco.data, arch, kernel)
+
+
+def _listing(asm_file: FolderFile | None) -> tuple[AsmListing | None, str | None]:
+    if asm_file is None:
+        return None, None
+    try:
+        return parse_amdgcn(text_of(asm_file)), None
+    except ParseError as exc:
+        return None, str(exc)
+
+
+def _asm_kernel(listing: AsmListing | None, name: str) -> AsmKernel | None:
+    if listing is None:
+        return None
+    return next((k for k in listing.kernels if k.name == name), listing.kernels[0] if listing.kernels else None)
+
+
+def _processor(
+    out: FolderAnalysis, hsaco: FolderFile | None, co: CodeObject | None, meta: KernelMeta, listing: AsmListing | None
+) -> str | None:
+    """The processor as the compiler named it: the code object's `amdhsa.target`, then Triton's JSON target, then
+    the asm's `.amdgcn_target`, and the ELF e_flags machine number only as a last resort. None (with a problem
+    recorded) when nothing names it; a problem too when the sources disagree."""
+    named = [
+        ("amdhsa.target", processor_name(co.target) if co else None),
+        ("Triton JSON target", processor_name(meta.arch)),
+        (".amdgcn_target", processor_name(listing.target) if listing else None),
+        ("ELF e_flags", co.flags_arch if co else None),
+    ]
+    present = [(source, name) for source, name in named if name]
+    if not present:
+        mach = f"machine 0x{co.mach:02x}" if co else "no code object"
+        add_problem(
+            out,
+            hsaco,
+            "target",
+            f"no source names the processor (amdhsa.target, Triton JSON target, .amdgcn_target; e_flags {mach} is "
+            f"not one of the {len(ARCH_BY_MACH)} processors LLVM {processor_table().get('llvm_version', '?')} knows)",
+        )
+        return None
+    source, arch = present[0]
+    others = sorted({f"{s} names {n}" for s, n in present[1:] if n != arch})
+    if others:
+        add_problem(out, hsaco, "target", f"{source} names {arch}, but " + "; ".join(others))
+    return arch
+
+
+def _occupancy(
+    out: FolderAnalysis,
+    row: dict[str, Any],
+    hsaco: FolderFile | None,
+    arch: str | None,
+    kernel: KernelObject,
+    meta: KernelMeta,
+    asm: AsmKernel | None,
+) -> None:
+    wave = kernel.wavefront_size
+    # The hardware reserves what the descriptor allocates, which `waves_per_eu` can raise above use.
+    alloc = {"allocated_vgprs": kernel.descriptor_vgprs, "waves_per_eu": _int_or_none(meta.raw.get("waves_per_eu"))}
+    try:
+        if arch is None:
+            raise KdbError("the processor is unknown")
+        occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
+        lds = kernel.group_segment_fixed_size + (meta.shared or 0)
+        launch, launch_lim = occupancy.launch_occupancy(
+            arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
+        )
+        # Headroom only where VGPRs are what limits the launch: elsewhere fewer VGPRs gain nothing.
+        headroom = (
+            occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
+            if launch_lim == "vgpr"
+            else None
+        )
+    except KdbError as exc:
+        comment = asm.occupancy if asm is not None else None
+        if comment is None:
+            add_problem(out, hsaco, "occupancy", f"occupancy unknown: {exc}")
+            return
+        # LLVM states its own figure in the asm: kept, and said to be LLVM's alone (no limiter, no launch figure).
+        row.update(occupancy_llvm=comment, occupancy_unit="waves/SIMD")
+        add_problem(
+            out, hsaco, "occupancy", f"{arch or 'unknown processor'}: occupancy from LLVM's comment only ({exc})"
+        )
+        return
+    row.update(
+        occupancy_llvm=occ,
+        occupancy_llvm_limiter=lim,
+        occupancy=launch,
+        occupancy_limiter=launch_lim,
+        occupancy_unit="waves/SIMD",
+        vgpr_headroom=headroom,
+    )
+
+
+def _asm_facts(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, asm: AsmKernel) -> None:
+    info_occ = asm.kernel_info.get("Occupancy")
+    row.update(
+        asm_occupancy=info_occ if isinstance(info_occ, int) else None,
+        kernel_info=json.dumps(asm.kernel_info, sort_keys=True) if asm.kernel_info else None,
+        instr_source="amdgcn",
+        instr_count=asm.instruction_count,
+        spill_count=asm.spill_count,
+        reload_count=asm.reload_count,
+        scratch_instr_count=asm.scratch_instructions,
+    )
+    # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
+    for (mnemonic, grp), count in sorted(asm.mix.items()):
+        out.add(
+            "instr_mix_counts", folder_digest=folder_digest, source="amdgcn", mnemonic=mnemonic, grp=grp, count=count
+        )
+    for (file, line, grp), count in sorted(asm.lines.items()):
+        out.add(
+            "source_line_counts",
+            folder_digest=folder_digest,
+            source="amdgcn",
+            file=file,
+            line=line,
+            grp=grp,
+            count=count,
+        )
+
+
+def _objdump_mix(
+    out: FolderAnalysis, row: dict[str, Any], folder_digest: str, data: bytes, arch: str, kernel: KernelObject
+) -> None:
+    counts = disassemble_mnemonics(data, arch, kernel.name)
+    if counts is None:
+        return
+    private = bool(kernel.private_segment_fixed_size)
+    groups = {m: classify(m, private) for m in counts}
+    row.update(
+        instr_source="llvm-objdump",
+        instr_count=sum(counts.values()),
+        scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"),
+    )
+    for mnemonic, count in sorted(counts.items()):
+        out.add(
+            "instr_mix_counts",
+            folder_digest=folder_digest,
+            source="llvm-objdump",
+            mnemonic=mnemonic,
+            grp=groups[mnemonic],
+            count=count,
+        )
 
 
 def _descriptor(kernel: Any) -> dict[str, Any]:

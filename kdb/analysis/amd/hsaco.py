@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 
 from kdb.analysis import elf64
-from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec
+from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec, processor_name
 from kdb.errors import ParseError
 
 EM_AMDGPU = 224
@@ -23,6 +23,8 @@ NT_AMDGPU_METADATA = 32
 CODE_OBJECT_VERSIONS = {1: 3, 2: 4, 3: 5, 4: 6}
 # gfx10-3-generic, gfx9-4-generic, gfx11-generic
 GENERIC_NAME_RE = re.compile(r"^gfx(\d{1,2})-")
+# gfx600..gfx950/gfx90a: one digit of generation; gfx1010..gfx1251: two
+PROCESSOR_DIGITS_RE = re.compile(r"^gfx(\d{1,2}?)[0-9a-f]{2}$")
 FEATURE_STATES = ("unsupported", "any", "off", "on")  # v4+ two-bit xnack/sramecc fields
 KERNEL_DESCRIPTOR_SIZE = 64
 # Real notes are a few KB per kernel; refuse anything that would make msgpack build huge objects.
@@ -71,16 +73,20 @@ class KernelObject:
     private_segment_enabled: bool
     user_sgpr_count: int
     entry_offset: int  # signed, from the descriptor to the code
-    descriptor_vgprs: int  # rounded-up VGPR(+AGPR) count encoded in the descriptor
+    descriptor_vgprs: int | None  # rounded-up VGPR(+AGPR) count encoded in the descriptor; None: granule unknown
     descriptor_arch_vgprs: int | None  # architected VGPRs; None on gfx908 (descriptor holds max(VGPR, AGPR))
-    descriptor_sgprs: int | None  # gfx9 only; gfx10+ writes 0 there
+    descriptor_sgprs: int | None  # gfx6-9 only; gfx10+ writes 0 there
     code_offset: int  # file offset of the first instruction
     code_size: int  # bytes, from the STT_FUNC symbol
 
 
 @dataclass(frozen=True)
 class CodeObject:
-    arch: str  # 'gfx942', or 'unknown-0xNN' for a processor kdb does not know
+    # The processor as the code object names it: its metadata note's `amdhsa.target`, else (a last resort) the
+    # ELF e_flags machine number when processors.json knows it, else None (never invented).
+    arch: str | None
+    arch_source: str | None  # 'amdhsa.target', 'e_flags' or None
+    flags_arch: str | None  # what e_flags alone names (None: a machine number the table does not know)
     mach: int
     xnack: str  # 'unsupported' / 'any' / 'off' / 'on'
     sramecc: str
@@ -112,7 +118,7 @@ def _parse(data: bytes) -> CodeObject:
     version = CODE_OBJECT_VERSIONS.get(data[8])
     flags = hdr.flags
     mach = flags & 0xFF
-    arch = ARCH_BY_MACH.get(mach, f"unknown-0x{mach:02x}")
+    flags_arch = ARCH_BY_MACH.get(mach)
     if version is not None and version >= 4:
         xnack, sramecc = FEATURE_STATES[(flags >> 8) & 3], FEATURE_STATES[(flags >> 10) & 3]
     else:
@@ -122,12 +128,15 @@ def _parse(data: bytes) -> CodeObject:
     sections = elf64.sections(data, hdr)
     note = _metadata_note(data, sections)
     target = note.get("amdhsa.target")
+    target = target if isinstance(target, str) else None
+    note_arch = processor_name(target)
+    arch, source = (note_arch, "amdhsa.target") if note_arch else (flags_arch, "e_flags" if flags_arch else None)
     kernels_meta = note.get("amdhsa.kernels")
     if not isinstance(kernels_meta, list):
         raise ParseError("metadata note has no amdhsa.kernels list")
     symbols = _symbols(data, sections)
     kernels = [_kernel(meta, arch, symbols, sections, data) for meta in kernels_meta]
-    return CodeObject(arch, mach, xnack, sramecc, version, target if isinstance(target, str) else None, kernels)
+    return CodeObject(arch, source, flags_arch, mach, xnack, sramecc, version, target, kernels)
 
 
 def _metadata_note(data: bytes, sections: list[elf64.Section]) -> dict[str, Any]:
@@ -211,7 +220,7 @@ def _file_offset(sym: elf64.Symbol, sections: list[elf64.Section], file_size: in
 
 
 def _kernel(
-    meta: Any, arch: str, symbols: dict[str, elf64.Symbol], sections: list[elf64.Section], data: bytes
+    meta: Any, arch: str | None, symbols: dict[str, elf64.Symbol], sections: list[elf64.Section], data: bytes
 ) -> KernelObject:
     if not isinstance(meta, dict):
         raise ParseError("amdhsa.kernels entry is not a map")
@@ -244,7 +253,10 @@ def _kernel(
     wave32 = bool(code_props & (1 << 10))
     granulated_vgpr = rsrc1 & 0x3F
     granulated_sgpr = (rsrc1 >> 6) & 0xF
-    descriptor_vgprs = (granulated_vgpr + 1) * (8 if unified or wave32 else 4)
+    # Encoding granules probed from llvm-mc (processors.json): 4 or 8 VGPRs, 16 on gfx1250; unknown processor: None
+    vgpr_unit = spec.descriptor_vgpr_granule(32 if wave32 else 64) if spec else None
+    descriptor_vgprs = (granulated_vgpr + 1) * vgpr_unit if vgpr_unit else None
+    sgpr_unit = spec.descriptor_sgpr_granule if spec else None
     accum_offset = rsrc3 & 0x3F if unified else None
     if accum_offset is not None:
         descriptor_arch_vgprs: int | None = (accum_offset + 1) * 4
@@ -278,15 +290,15 @@ def _kernel(
         entry_offset=entry_offset,
         descriptor_vgprs=descriptor_vgprs,
         descriptor_arch_vgprs=descriptor_arch_vgprs,
-        descriptor_sgprs=(granulated_sgpr + 1) * 8 if generation == 9 else None,
+        descriptor_sgprs=(granulated_sgpr + 1) * sgpr_unit if sgpr_unit else None,
         code_offset=code_offset,
         code_size=func_sym.size,
     )
 
 
-def _generation_from_name(arch: str) -> int | None:
-    # Only generic targets reach here with a usable name ('gfx9-4-generic', 'gfx10-3-generic').
-    match = GENERIC_NAME_RE.match(arch)
+def _generation_from_name(arch: str | None) -> int | None:
+    # Processors newer than processors.json: 'gfx1300' -> 13, 'gfx950' -> 9, 'gfx13-generic' -> 13.
+    match = GENERIC_NAME_RE.match(arch or "") or PROCESSOR_DIGITS_RE.match(arch or "")
     return int(match.group(1)) if match else None
 
 
