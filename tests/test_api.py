@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pairing_matrix as pm
 import pytest
+from pgserver import PgServer, find_bin_dir
 
 import kdb
 from kdb.errors import ExitCode, TagError, UsageError
@@ -179,6 +180,38 @@ def test_ingest_refuses_a_known_tag_and_closed_objects_refuse_work(tmp_path: Pat
     with pytest.raises(UsageError, match="closed"):
         db.snapshots()
     assert "closed" in repr(db)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if find_bin_dir() is None:
+        pytest.skip("PostgreSQL binaries not found")
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
+def test_shared_home_through_the_environment(pg: PgServer, tmp_path: Path, unpack_snapshot, monkeypatch) -> None:
+    """KDB_CATALOG + KDB_STORE select the shared home, as for the CLI: ingest, list, relation, diff."""
+    env = {"KDB_CATALOG": pg.catalog_url(pg.new_database()), "KDB_STORE": str(tmp_path / "store")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with kdb.open(tmp_path / "local-home-not-used") as db:
+        assert db.is_shared and db.home == tmp_path / "store"
+        db.ingest(unpack_snapshot(PAIR[0]), "s", sass=False, workers=1)
+        count = db.snapshots()[0].kernel_count
+        rel = db.kernels("s")
+        d = db.diff("s", "s")
+    assert len(rel.fetchall()) == count and rel.filter("registers > 0").aggregate("count(*)").fetchone()[0] > 0
+    assert d.exit_code == ExitCode.OK and d.summary["kernels"] == count
+    out = subprocess.run(
+        [sys.executable, "-m", "kdb", "diff", "s", "s", "--format", "json"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out == d.to_json()
+    assert not (tmp_path / "local-home-not-used").exists()
+    monkeypatch.delenv("KDB_STORE")
+    with pytest.raises(UsageError, match="needs both"):  # one of the two is not enough, as for the CLI
+        kdb.open()
 
 
 @pytest.mark.slow
