@@ -270,6 +270,12 @@ ELF_ATTR_RE = re.compile(
 )
 
 
+# "    f   2600    e80  0 80                     PROGBITS   100006    3        a .text.softmax_kernel": Flags
+TEXT_FLAGS_RE = re.compile(
+    r"^\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+PROGBITS\s+([0-9a-f]+)\s.*\s\.text\.(\S+)$", re.M
+)
+
+
 def _cuda_snapshots() -> list[str]:
     manifest = ROOT / "corpus" / "manifest.json"
     if not manifest.exists():
@@ -307,7 +313,11 @@ def test_corpus_occupancy_equals_calculator(snapshot: str, unpack_snapshot, caps
         target = meta["target"]
         arch = target["arch"] if isinstance(target, dict) else target[-1]
         usage = resource_usage(cubin)[meta["name"]]
-        declared = {k: int(v, 16) for k, v in ELF_ATTR_RE.findall(cuobjdump("-elf", str(cubin)))}
+        elf = cuobjdump("-elf", str(cubin))
+        declared = {k: int(v, 16) for k, v in ELF_ATTR_RE.findall(elf)}
+        # ptxas 12 declares named barriers in the .text section's flags (bits 26:20), ptxas 13 in EIATTR_NUM_BARRIERS
+        text_flags = {name: int(flags, 16) for flags, name in TEXT_FLAGS_RE.findall(elf)}
+        declared.setdefault("EIATTR_NUM_BARRIERS", (text_flags[meta["name"]] >> 20) & 0x7F)
         lim = nv.limits_for(arch)
         static = max(usage["shared"] - lim.shared_reserved_per_block, 0)
         base = (arch, meta["num_warps"], usage["reg"], static, meta["shared"])

@@ -131,11 +131,12 @@ def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tup
     the reason when the figure cannot be known.
 
     The calculator takes two inputs a cubin states but ``cudaFuncAttributes`` does not carry: block barriers
-    (``EIATTR_NUM_BARRIERS``) and virtual resources (``cudaOccFuncAttributes.virtualResourceCount``, limited to
-    128 per SM on compute capability 10-12; ptxas 13.4 writes ``EIATTR_VRC_CTA_INIT_COUNT`` = 128 into every
-    tcgen05 kernel). Whether the driver charges these attributes could not be measured (no Blackwell GPU), so
-    the occupancy is computed both ways, with the calculator's defaults for a ``cudaFuncAttributes`` (one
-    barrier, no virtual resource) and with the cubin's declarations, and is recorded only when both agree.
+    (``EIATTR_NUM_BARRIERS``, or sh_flags bits 26:20 of ``.text.<kernel>``) and virtual resources
+    (``cudaOccFuncAttributes.virtualResourceCount``, limited to 128 per SM on compute capability 10-12; ptxas
+    13.4 writes ``EIATTR_VRC_CTA_INIT_COUNT`` = 128 into every tcgen05 kernel). Whether the driver charges
+    these attributes could not be measured (no Blackwell GPU), so the occupancy is computed both ways, with
+    the calculator's defaults for a ``cudaFuncAttributes`` (one barrier, no virtual resource) and with the
+    cubin's declarations, and is recorded only when both agree.
     """
     num_warps = meta.num_warps
     if num_warps is None:
@@ -147,7 +148,8 @@ def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tup
         raise UsageError("no 'shared' (dynamic shared memory) in the JSON")
     args = (cubin.arch, num_warps, kernel.registers, kernel.static_shared, meta.shared)
     warps, blocks, limiter = nv_occupancy.occupancy(*args)
-    barriers = _attribute(kernel, "EIATTR_NUM_BARRIERS") or 0
+    # ptxas 13 declares named barriers in EIATTR_NUM_BARRIERS, ptxas 12 in the .text section's sh_flags
+    barriers = _attribute(kernel, "EIATTR_NUM_BARRIERS") or kernel.barriers
     vrc = _attribute(kernel, "EIATTR_VRC_CTA_INIT_COUNT") or 0
     d_warps, d_blocks, d_limiter = nv_occupancy.occupancy(*args, barriers=barriers, virtual_resources=vrc)
     if (d_warps, d_limiter) != (warps, limiter):
