@@ -93,6 +93,10 @@ FIXTURE_MARKS = {
     "llvm_bin": ("llvm",),
     "cuda_bin": ("nvidia_tools",),
 }
+# A test run once per corpus snapshot is in the fast tier for these only (the oldest and a current code object
+# of each backend, PAIR's upgrade); for every other snapshot it is `slow`. So the fast tier does not grow with
+# the corpus, and every such test still runs on every snapshot in the full run.
+FAST_SNAPSHOTS = {"t3.3.1-gfx942", "t3.4.0-gfx942", "t3.1.0-gfx90a", "t2.3.1-sm80", "t3.4.0-sm90"}
 # Markers that put a test outside the fast tier (`-m "not slow"` needs no tool outside pip).
 SLOW_WITH = ("llvm", "browser", "postgres", "strace", "corpus_home")
 
@@ -100,6 +104,7 @@ SLOW_WITH = ("llvm", "browser", "postgres", "strace", "corpus_home")
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = {name: check() for name, (check, _) in TOOLS.items()}
+    snapshots = set(load_manifest()["snapshots"])
     require = bool(os.environ.get(REQUIRE_ALL_TOOLS))
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -107,6 +112,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if fixture in fixtures:
                 for mark in marks:
                     item.add_marker(mark)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if any(isinstance(v, str) and v in snapshots and v not in FAST_SNAPSHOTS for v in params.values()):
+            item.add_marker("slow")
         names = {m.name for m in item.iter_markers()}
         if names & set(SLOW_WITH) and "slow" not in names:
             item.add_marker("slow")

@@ -289,6 +289,7 @@ def resnet_home(cached_home):
     )
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("kind", ["diff", "snapshot"])
 def test_report_layout_on_real_inductor_names(resnet_home, capsys, tmp_path, kind):
     """At 1,280 and 1,920 px: every plot's labels inside its box and apart from each other, plots at least

@@ -225,6 +225,7 @@ def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path:
 
 
 @pytest.mark.strace  # (so: slow) a process per statement
+@pytest.mark.strace
 def test_hostile_statements_through_the_real_cli_write_nothing_and_connect_nowhere(home: Path, tmp_path: Path):
     """Each statement in its own `python -m kdb sql` process under strace: besides the refusals, no file
     created, written, renamed or removed anywhere, and no internet socket touched (DuckDB's extensions are
@@ -246,6 +247,7 @@ def test_hostile_statements_through_the_real_cli_write_nothing_and_connect_nowhe
     assert len(logs) >= 40
 
 
+@pytest.mark.strace
 @pytest.mark.strace
 def test_the_trace_check_sees_writes_and_connections(tmp_path: Path):
     """The checker above can fail: a process that creates a file and one that connects are both caught."""
@@ -391,6 +393,7 @@ def test_legitimate_queries_answer_right(home: Path, capsys, fmt: str):
 
 
 @pytest.mark.strace
+@pytest.mark.strace
 def test_the_duckdb_shell_is_guarded(home: Path, tmp_path: Path):
     """`kdb shell` runs the real duckdb-cli 1.5.5 read-only, external access off, configuration locked, in
     safe mode: every hostile line fails, nothing is written, no connection is tried, and it says how to save."""
@@ -460,6 +463,8 @@ def test_shell_refuses_a_shared_catalog_it_cannot_guard(tmp_path: Path):
 
 @pytest.mark.postgres
 @pytest.mark.strace
+@pytest.mark.strace
+@pytest.mark.postgres
 def test_shared_catalog_is_guarded_too(unpack_snapshot, tmp_path: Path):
     """A shared catalog (DuckLake on PostgreSQL): kdb attaches it, then the same lock; the PostgreSQL and
     DuckLake extensions' functions (a new connection to any server, file clean-up) and writes into the one
