@@ -8,6 +8,7 @@ table's boundaries (where a wrong granule or budget shows) and counts drawn at r
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 import subprocess
@@ -27,6 +28,7 @@ from kdb.analysis.amd.occupancy import (
 )
 from kdb.errors import KdbError
 
+ROOT = Path(__file__).resolve().parent.parent
 LLC = Path("/usr/lib/llvm-22/bin/llc")
 needs_llc = pytest.mark.skipif(not LLC.exists(), reason="LLVM 22's llc missing (apt-get install llvm-22)")
 
@@ -129,6 +131,25 @@ def test_every_processor_reproduces_llvm_occupancy() -> None:
 
 
 @needs_llc
+@pytest.mark.llvm
+def test_committed_table_is_what_the_generator_derives(tmp_path: Path) -> None:
+    """A sample of processors re-probed with the installed LLVM equals the committed entries (run
+    scripts/gen_amd_processors.py after upgrading LLVM)."""
+    spec = importlib.util.spec_from_file_location("gen_amd_processors", ROOT / "scripts" / "gen_amd_processors.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    table = processor_table()
+    assert table["llvm_version"] == gen.llvm_version(LLC.parent)
+    for name in ("gfx942", "gfx1250"):
+        facts = gen.Probe(LLC.parent, name, tmp_path).run()
+        gen.add_reference_facts(facts)
+        gen.occupancy_model(facts)
+        assert facts == table["processors"][name], name
+
+
+@needs_llc
+@pytest.mark.llvm
 def test_table_lists_every_processor_llc_accepts() -> None:
     help_text = subprocess.run(
         [str(LLC), "-march=amdgcn", "-mcpu=help"], capture_output=True, text=True, check=False, timeout=60
