@@ -14,24 +14,28 @@ LLVM IR kernels with ``llc -mtriple=amdgcn-amd-amdhsa -mcpu=gfxN`` and reading w
   allocate past ``v255`` (gfx1250) also kernels holding N loaded values live. The VGPR allocation granule
   and budget are the only (granule, budget) pair of LLVM's rule (``getNumWavesPerEUWithNumVGPRs``:
   max waves below one granule, else ``min(max(budget // roundup(n, granule), 1), max waves)``) that
-  reproduces every point; the generator refuses to write a processor where none or several do.
+  reproduces every point; the generator refuses to write a processor where none does, or where several do
+  that disagree on some count a wave can hold (gfx10.1: budgets 1,024 and 1,032 agree on 1..256).
 - a kernel holding 300, then 1,100 values live: the most VGPRs (AGPRs included) LLVM gives one wave.
 - kernels clobbering ``s0`` … up to the limit LLVM's error states: ``.sgpr_count`` against ``; Occupancy:``
   (the SGPR thresholds, or none when SGPRs never lower occupancy).
-- a kernel with 4 MiB of static LDS: LLVM's error states the LDS limit of a workgroup; kernels of one wave
-  with a fifth of it and a little more: how many SIMDs LLVM's occupancy model shares that LDS among (its
-  CU, or the WGP in WGP mode); a two-wave workgroup: whether the workgroup cap lowers occupancy.
+- a kernel with 4 MiB of static LDS: LLVM's error states the LDS limit of a workgroup; one-wave kernels with
+  ~200 fractions of it: how much LDS LLVM's occupancy model shares among how many SIMDs (its CU, or the WGP
+  in WGP mode); a two-wave workgroup: whether the workgroup cap lowers occupancy (then its value).
 - the same kernels assembled by ``llvm-mc``: ELF ``e_flags`` (the processor's machine number) and the
   kernel descriptor's GRANULATED_WORKITEM_VGPR_COUNT / GRANULATED_WAVEFRONT_SGPR_COUNT against
   ``.amdhsa_next_free_vgpr`` and ``.sgpr_count`` (the descriptor's encoding granules).
 - a kernel compiled for a non-HSA triple: the LDS_SIZE field LLVM writes into COMPUTE_PGM_RSRC2
   (the LDS allocation granule LLVM programs).
 
-What no compile shows is taken from shared/reference/amd-occupancy.md and says so in the file: each
+What no compile shows is taken from shared/reference/amd-occupancy.md and says so in the file (the LDS a
+launch rounds to on the processors it names, the workgroup cap where it never binds; gfx940/gfx941, which
+LLVM no longer accepts, as the reference's copies of gfx942): each
 processor's ``provenance`` names, per field, ``llc-probe: …`` or ``reference: …``. The test suite
 (tests/test_amd_processors.py) recompiles a sample of kernels per processor and checks kdb's occupancy
 against LLVM's ``; Occupancy:``; tests/test_amd_analysis.py checks it on every AMD kernel of the corpus.
-Runs in about a minute per core-minute budget of ~2-4 minutes on 2 cores (processors in parallel).
+About 150 s of CPU in all, processors in parallel (--jobs, default one per core): ~2 minutes on two idle
+cores (10 minutes beside a corpus build). ``--only gfx942 gfx1250`` probes a few and prints them.
 """
 
 from __future__ import annotations
