@@ -9,6 +9,7 @@ table's boundaries (where a wrong granule or budget shows) and counts drawn at r
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import re
 import subprocess
@@ -210,3 +211,48 @@ def test_processor_names_as_compilers_spell_them() -> None:
         assert processor_name(text) == want, text
     for text in (None, "", "sm90", "cuda", "amdgcn-amd-amdhsa--", "unknown-0x49", "gfx", "amdgcn-amd-amdhsa--sm_90"):
         assert processor_name(text) is None, text
+
+
+@needs_llc
+@pytest.mark.llvm
+def test_generic_target_keeps_llvms_comment_and_says_so(tmp_path: Path) -> None:
+    """A code object for a generic target (llc + ld.lld, as Triton builds one): named as its note names it; kdb
+    computes no occupancy of its own there, keeps LLVM's `; Occupancy:` and records that it did."""
+    from kdb.analysis.folder import analyze_folder
+    from kdb.analysis.model import FolderFile
+
+    lld = LLC.parent / "ld.lld"
+    if not lld.exists():
+        pytest.skip("ld.lld missing (apt-get install lld-22)")
+    cpu = "gfx11-generic"
+    ir = tmp_path / "k.ll"
+    ir.write_text(_kernel("gk", ["v40", "s20"]) + 'attributes #0 = { "amdgpu-flat-work-group-size"="1,128" }\n')
+    base = [str(LLC), "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={cpu}", str(ir)]
+    subprocess.run([*base, "-o", str(tmp_path / "gk.amdgcn")], check=True, timeout=120)
+    subprocess.run([*base, "-filetype=obj", "-o", str(tmp_path / "gk.o")], check=True, timeout=120)
+    subprocess.run([str(lld), "-shared", str(tmp_path / "gk.o"), "-o", str(tmp_path / "gk.hsaco")], check=True)
+    asm = (tmp_path / "gk.amdgcn").read_text()
+    comment = OCCUPANCY_RE.search(asm)
+    assert comment is not None
+    meta = {"name": "gk", "target": {"backend": "hip", "arch": cpu, "warp_size": 32}, "num_warps": 4, "shared": 0}
+    files = [
+        FolderFile("key/gk.json", "json", json.dumps(meta).encode()),
+        FolderFile("key/gk.hsaco", "hsaco", (tmp_path / "gk.hsaco").read_bytes()),
+        FolderFile("key/gk.amdgcn", "amdgcn", asm.encode()),
+    ]
+    out = analyze_folder("key", "digest", files[0], files)
+    row = out.rows["kernel_analysis"][0]
+    problems = {stage: reason for _, stage, reason in out.problems}
+    assert row["co_arch"] == cpu
+    assert row["occupancy_llvm"] == int(comment.group(1)) == row["asm_occupancy"]
+    assert row.get("occupancy") is None and row.get("occupancy_llvm_limiter") is None
+    assert problems["occupancy"].startswith(f"{cpu}: occupancy from LLVM's comment only")
+    assert "generic target" in problems["occupancy"]
+    assert set(problems) == {"occupancy"}
+    # without the asm, nothing states the figure: unknown, with the reason
+    out = analyze_folder("key", "digest", files[0], files[:2])
+    row = out.rows["kernel_analysis"][0]
+    assert row.get("occupancy_llvm") is None
+    assert [reason for _, stage, reason in out.problems if stage == "occupancy"] == [
+        f"occupancy unknown: no occupancy model for {cpu}: {PROCESSORS[cpu].reason}"
+    ]
