@@ -168,6 +168,7 @@ class Kdb:
 
         home = self._check_open()
         rules = parse_rules(list(fail_on))
+        min_match = float(min_match)  # as the CLI's option: `min_match: 0` in the JSON would read `0.0` there
         check_min_match(min_match)
         with open_sides(home, (a, b), self._wait_s) as (sa, sb):
             result, _ = diff_sides(
