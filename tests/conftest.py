@@ -97,8 +97,8 @@ FIXTURE_MARKS = {
 # of each backend, PAIR's upgrade); for every other snapshot it is `slow`. So the fast tier does not grow with
 # the corpus, and every such test still runs on every snapshot in the full run.
 FAST_SNAPSHOTS = {"t3.3.1-gfx942", "t3.4.0-gfx942", "t3.1.0-gfx90a", "t2.3.1-sm80", "t3.4.0-sm90"}
-# Markers that put a test outside the fast tier (`-m "not slow"` needs no tool outside pip).
-SLOW_WITH = ("llvm", "browser", "postgres", "strace", "corpus_home")
+# Markers that put a test outside the fast tier (`-m "not slow"` runs no external tool: cuobjdump per kernel is slow too).
+SLOW_WITH = ("llvm", "browser", "postgres", "strace", "nvidia_tools", "corpus_home")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects

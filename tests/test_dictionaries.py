@@ -22,6 +22,9 @@ MLP = "mlp_train_maxautotune-t3.6.0-gfx942"
 GPT2 = "gpt2_train-t3.6.0-gfx942"
 
 
+pytestmark = pytest.mark.slow  # every test ingests real Inductor caches and trains dictionaries: 12-26 s of CPU each
+
+
 @pytest.fixture(scope="module")
 def caches(unpacked_archive) -> dict[str, Path]:
     """The two caches, unpacked once per archive content and shared read-only."""

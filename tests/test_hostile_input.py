@@ -230,6 +230,7 @@ def amd_name(corpus_manifest) -> str:
     return _smallest(corpus_manifest, "hip")
 
 
+@pytest.mark.slow  # real ingests under test: 5-8 s of CPU
 def test_damaged_amd_cache_records_problems_and_ingests_the_rest(
     amd_name, corpus_manifest, unpack_snapshot, tmp_path, capsys
 ):
@@ -250,6 +251,7 @@ def test_damaged_amd_cache_records_problems_and_ingests_the_rest(
     assert list(outside.iterdir()) == [outside / "secret.json"]  # the link target was not touched
 
 
+@pytest.mark.slow  # real ingests under test: 5-8 s of CPU
 def test_damaged_nvidia_cache_records_problems_and_ingests_the_rest(corpus_manifest, unpack_snapshot, tmp_path, capsys):
     name = _smallest(corpus_manifest, "cuda")
     if name is None:
@@ -390,6 +392,7 @@ def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys
 EVIL_TAGS = ["'; DROP TABLE snapshots; --", "quo\"te's", "x' OR '1'='1", "tag; DELETE FROM files"]
 
 
+@pytest.mark.slow  # real ingests under test: 5-8 s of CPU
 def test_hostile_tags_and_labels_round_trip(ingested, tmp_path, capsys):
     home, cache = ingested
     files_before = kdb(capsys, home, "sql", "SELECT count(*) AS n FROM files", "--format", "json").json()[0]["n"]

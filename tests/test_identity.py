@@ -120,6 +120,7 @@ def test_none_and_malformed():
             kernel_identity(bad, meta)
 
 
+@pytest.mark.slow  # every kernel of the corpus: ~13 s of CPU
 def test_match_rate_over_records_is_reported(unpack_snapshot, capsys):
     """Identity of the same config id across every pair of snapshots of the same backend (any target)."""
     names = snapshot_names()

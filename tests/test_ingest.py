@@ -40,6 +40,7 @@ def test_every_snapshot_ingests_and_exports_byte_identical(
     assert tree_hashes(dest) == tree_hashes(cache)
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path, capsys):
     cache = unpack_snapshot(AMD_PAIR)
     home = tmp_path / "home"
@@ -63,6 +64,7 @@ def test_reingest_under_new_tag_adds_under_one_percent(unpack_snapshot, tmp_path
     assert [t["tag"] for t in tags] == ["first", "second"]
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_path, capsys):
     """Change detection from file metadata (size, mtime, inode), as git's index: an unchanged directory is not
     read again; a folder with a touched or rewritten file is; --rehash reads everything."""
@@ -105,6 +107,7 @@ def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_p
     assert kdb(capsys, home, "verify").code == 0
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_path, capsys, monkeypatch):
     """Tables of 2,000+ rows are loaded through DuckDB's JSON reader instead of bound parameters (faster):
     every row of every table equals what the parameter path stores, on a real cache (AMD and NVIDIA)."""
@@ -145,6 +148,7 @@ def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_
             assert extra == (0,), (table, a, b)
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_snapshots_share_a_folder_set_until_the_last_is_removed(unpack_snapshot, tmp_path, capsys):
     cache = unpack_snapshot(AMD_PAIR)
     home = tmp_path / "home"
@@ -160,6 +164,7 @@ def test_snapshots_share_a_folder_set_until_the_last_is_removed(unpack_snapshot,
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"sets": 0, "n": 0}]
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_existing_tag_refused_then_replaced(unpack_snapshot, tmp_path, capsys):
     cache = unpack_snapshot(AMD_PAIR)
     home = tmp_path / "home"
@@ -408,6 +413,7 @@ def test_sql_formats(ingested, capsys):
     assert bad.code == ExitCode.USAGE and bad.err.startswith("kdb: error: SQL error")
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, capsys):
     from kdb.analysis.nvidia.tools import find_tool
 
@@ -431,6 +437,7 @@ def test_no_sass_keeps_the_ptx_mix(unpack_snapshot, corpus_manifest, tmp_path, c
     assert rows == [{"s": "sass" if find_tool("nvdisasm") else "ptx"}]
 
 
+@pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_no_nvdisasm_is_said_not_silent(unpack_snapshot, corpus_manifest, tmp_path, capsys, monkeypatch):
     """Without nvdisasm the mix falls back to PTX, and the ingest summary and `kdb show` say why."""
     n = corpus_manifest["snapshots"]["t3.6.0-sm80"]["kernel_count"]

@@ -22,6 +22,9 @@ import crash_harness
 SEED = int(os.environ.get("KDB_CRASH_SEED", "20251121"))
 
 
+pytestmark = pytest.mark.slow  # killed and concurrent real ingests, the crash harness
+
+
 @pytest.fixture(scope="module")
 def amd(corpus_manifest, unpack_snapshot):
     name = crash_harness.smallest_amd_snapshot(corpus_manifest)
