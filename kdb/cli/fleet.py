@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from kdb.cli import FormatOpt, _fmt, _out, app, state
+from kdb.cli.common import FormatOpt, _fmt, _out, app, state
 from kdb.errors import UsageError
 from kdb.render import listings
 from kdb.store.home import Home
