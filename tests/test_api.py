@@ -52,6 +52,7 @@ def test_import_kdb_stays_cheap_and_the_public_names_are_listed_once() -> None:
     assert callable(kdb.open) and "open" in kdb.__all__
 
 
+@pytest.mark.slow  # 5-7 s of CPU (bench/test_suite.py)
 def test_snapshots_equal_kdb_tags_json(api_home: Path) -> None:
     with kdb.open(api_home) as db:
         snapshots = db.snapshots()
@@ -99,6 +100,7 @@ def test_kernels_to_pandas_when_installed(api_home: Path) -> None:
     assert len(frame) == count and "vgpr_count" in frame.columns
 
 
+@pytest.mark.slow  # 5-7 s of CPU (bench/test_suite.py)
 def test_diff_renders_exactly_what_the_cli_prints(api_home: Path, tmp_path: Path) -> None:
     a, b = PAIR
     with kdb.open(api_home) as db:
@@ -129,6 +131,7 @@ def test_diff_renders_exactly_what_the_cli_prints(api_home: Path, tmp_path: Path
     assert d.kernels[0].name in page
 
 
+@pytest.mark.slow  # 5-7 s of CPU (bench/test_suite.py)
 def test_diff_exit_codes_and_errors_follow_the_cli(api_home: Path) -> None:
     a, b = PAIR
     with kdb.open(api_home) as db:
@@ -160,6 +163,7 @@ def test_kernel_equals_kdb_show_json(api_home: Path) -> None:
     assert "<table>" in page and k.name in page
 
 
+@pytest.mark.slow  # 5-7 s of CPU (bench/test_suite.py)
 def test_ingest_refuses_a_known_tag_and_closed_objects_refuse_work(tmp_path: Path, unpack_snapshot) -> None:
     cache = unpack_snapshot(PAIR[0])
     db = kdb.open(tmp_path / "home")

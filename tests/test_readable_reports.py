@@ -61,6 +61,7 @@ def _table_keys(text: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("columns", [60, 80, 100, 160])
+@pytest.mark.slow  # ~6 s of CPU per width (bench/test_suite.py)
 def test_every_printed_key_names_its_kernel(resnet_home, capsys, monkeypatch, columns):
     monkeypatch.setenv("COLUMNS", str(columns))
     r = kdb(capsys, resnet_home, "diff", A, B, "--all", "--no-pager")

@@ -211,6 +211,7 @@ def _check_refusals(home: Path, targets: Path, run_one) -> None:
     assert "file system operations are disabled" in refused[statements.index("SELECT * FROM glob('/etc/*')")]
 
 
+@pytest.mark.slow  # ~9 s of CPU (bench/test_suite.py)
 def test_hostile_statements_are_refused_and_change_nothing(home: Path, tmp_path: Path, capsys):
     """The fast tier: the CLI in this process (`kdb.cli.run`, what `kdb` runs)."""
     targets = tmp_path / "targets"

@@ -108,6 +108,7 @@ def _assert_said(outputs: dict[str, str], pattern: str) -> None:
     assert missing == [], (pattern, missing)
 
 
+@pytest.mark.slow  # 5-17 s of CPU (bench/test_suite.py)
 def test_a_release_newer_than_kdb_pairs_every_kernel_and_says_defaults_were_inferred(
     capsys, unknown_home, tmp_path
 ) -> None:
@@ -137,6 +138,7 @@ def test_without_learning_the_relabelled_release_would_pair_nothing(unknown_home
     assert options_compatible(oa, ob) == (False, ["schedule_hint"])
 
 
+@pytest.mark.slow  # 5-17 s of CPU (bench/test_suite.py)
 def test_every_rule_meeting_an_unknown_figure_fails_closed_with_exit_8(capsys, unknown_home) -> None:
     home, facts = unknown_home
     damaged = facts["damaged"]
@@ -154,6 +156,7 @@ def test_every_rule_meeting_an_unknown_figure_fails_closed_with_exit_8(capsys, u
         assert "not gating: --allow-unknown" in allowed.out
 
 
+@pytest.mark.slow  # 5-17 s of CPU (bench/test_suite.py)
 def test_a_fired_rule_still_exits_1_when_another_meets_an_unknown(capsys, unknown_home) -> None:
     home, _ = unknown_home
     res = kdb(capsys, home, "diff", "base", "damaged", "--fail-on", "any-change,new-spills", "--no-pager")
