@@ -135,6 +135,8 @@ _BUILDER: list = []  # the background build of the corpus home started by this p
 def pytest_collection_finish(session: pytest.Session) -> None:
     """When the run needs the whole ingested corpus and it is not cached yet, build it in a process of its own
     from the start: the tests that need no corpus home run meanwhile (they are ordered first)."""
+    if session.config.option.collectonly:
+        return
     if any(item.get_closest_marker("corpus_home") for item in session.items):
         builder = corpus_cache.start_corpus_home_build()
         if builder is not None:
