@@ -92,14 +92,6 @@ def test_kernels_is_a_relation_over_the_kernels_view(api_home: Path) -> None:
         db.kernels("no-such-tag")
 
 
-def test_kernels_to_pandas_when_installed(api_home: Path) -> None:
-    pytest.importorskip("pandas")  # not a dependency of kdb: the relation converts itself
-    with kdb.open(api_home) as db:
-        frame = db.kernels(PAIR[1]).df()
-        count = db.snapshots()[1].kernel_count
-    assert len(frame) == count and "vgpr_count" in frame.columns
-
-
 @pytest.mark.slow  # 5-7 s of CPU (bench/test_suite.py)
 def test_diff_renders_exactly_what_the_cli_prints(api_home: Path, tmp_path: Path) -> None:
     a, b = PAIR
