@@ -33,7 +33,13 @@ def test_every_snapshot_ingests_and_exports_byte_identical(
     entry = corpus_manifest["snapshots"][name]
     assert tags[name]["kernel_count"] == entry["kernel_count"]
     assert tags[name]["file_count"] == entry["file_count"]
-    assert tags[name]["problem_count"] == 0
+    # The only problem a corpus ingest may record: an sm_100 occupancy NVIDIA's calculator cannot decide without
+    # knowing whether the driver charges the cubin's virtual resources (said with both figures, never guessed)
+    problems = kdb(
+        capsys, corpus_home, "sql", "--format", "json", "--", f"SELECT stage, reason FROM problems WHERE tag = '{name}'"
+    ).json()
+    unexplained = [p for p in problems if not (p["stage"] == "occupancy" and "not measured on this" in p["reason"])]
+    assert unexplained == [] and tags[name]["problem_count"] == len(problems), unexplained[:3]
     dest = tmp_path / "export"
     r = kdb(capsys, corpus_home, "export", name, str(dest))
     assert r.code == 0, r.err

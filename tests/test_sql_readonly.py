@@ -312,7 +312,12 @@ def _rows(out: str, fmt: str) -> list[dict[str, str]]:
 
 
 def _query(capsys, home: Path, sql: str, fmt: str) -> list[dict]:
-    r: Result = kdb(capsys, home, "sql", "--format", fmt, "--max-rows", "0", "--", sql)
+    columns = os.environ.pop("COLUMNS", None)  # a table fitted to a width would elide the cells read back here
+    try:
+        r: Result = kdb(capsys, home, "sql", "--format", fmt, "--max-rows", "0", "--", sql)
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
     assert r.code == 0 and r.err == "", (sql, fmt, r.err)
     return _rows(r.out, fmt)
 

@@ -44,7 +44,13 @@ def _backend(k: dict) -> str:
 def test_spill_growth_ranks_above_everything_else_and_says_why(both_directions) -> None:
     starts = grows = 0
     for a, b, doc in both_directions:
-        ranked = [k for k in doc["kernels"] if k.get("a_cache_key") and k.get("b_cache_key")]
+        # a kernel that cannot launch on a side is ranked by its launchability first (kdb/diff/verdict.py's
+        # launch tier: becoming (un)launchable ranks first, unlaunchable on both sides last)
+        ranked = [
+            k
+            for k in doc["kernels"]
+            if k.get("a_cache_key") and k.get("b_cache_key") and "launch" not in (k.get("reason") or "")
+        ]
         spill = [i for i, k in enumerate(ranked) if _grew(k, SPILL_COLUMNS[_backend(k)])]
         others = [i for i, k in enumerate(ranked) if i not in spill]
         if spill and others:
