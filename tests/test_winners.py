@@ -19,6 +19,7 @@ import pytest
 from helpers import assert_best_configs_link_the_recompiled_folder
 
 from kdb.diff.model import Rule
+from kdb.diff.rules import winner_rule_unknown
 from kdb.diff.sides import Side
 from kdb.diff.winners import compare_winners
 
@@ -260,8 +261,10 @@ def test_a_winner_without_a_linked_folder_is_said_and_not_judged():
     (w,) = compare_winners(sa, sb, rules)
     assert w.status == "flip" and w.worse == () and w.fired_rules == ("winner-flip",)
     assert w.unchecked and "B's winner has no linked kernel folder (missing" in w.unchecked
+    assert winner_rule_unknown(rules[1], w)  # not judged, so winner-spills fails closed (exit 8)
     # an AMD winner whose folder now spills and loses occupancy fires winner-spills, even unflipped
     sb = _side("B", [_amd_kernel("c/2", 6, 2)], [_winner_row(cfg_a, "c/2")])
     (w,) = compare_winners(sa, sb, rules)
     assert w.status == "same" and w.fired_rules == ("winner-spills",)
+    assert not winner_rule_unknown(rules[1], w)
     assert w.worse == ("spills 0→6", "scratch 0→24 bytes", "occupancy 4→2")

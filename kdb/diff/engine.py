@@ -29,7 +29,7 @@ from kdb.diff.model import (
     Rule,
     Status,
 )
-from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures
+from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures, winner_rule_unknown
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
 from kdb.diff.verdict import launchable
 from kdb.diff.winners import compare_winners
@@ -143,7 +143,7 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
     status, severity, reason = Status.SAME, 0.0, None
     if facts_differ or mix_mnemonics:
         status, severity, reason = classify(a, b)
-    unknown = unknown_figures_of(facts_a, facts_b)
+    unknown = unknown_figures(facts_a, facts_b)
     if unknown:  # said first: a verdict over figures kdb could not compute is no verdict on them
         reason = "; ".join(unknown) + (f"; {reason}" if reason else "")
     return KernelDiff(
@@ -157,10 +157,6 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
         severity=severity,
         reason=reason,
     )
-
-
-def unknown_figures_of(a: KernelFacts, b: KernelFacts) -> list[str]:
-    return unknown_figures(KernelDiff(Status.SAME, "", a=a, b=b))
 
 
 def _unpaired(p: Pairing) -> KernelDiff:
@@ -239,6 +235,7 @@ def compare(
     winners = compare_winners(sa, sb, rules)
     for w in winners:
         fired_set.update(w.fired_rules)
+        unknown_set.update(r.text for r in rules if winner_rule_unknown(r, w))
     kernels.sort(key=_report_order)
     result = DiffResult(
         sa.label,

@@ -95,6 +95,18 @@ def winner_worse(a: KernelFacts, b: KernelFacts) -> list[str]:
     return out
 
 
+def winner_rule_unknown(rule: Rule, wd: WinnerDiff) -> bool:
+    """`winner-spills` cannot judge a kernel tuned on both sides whose winner has no linked folder, or whose
+    folders lack the spill or occupancy figures (fail closed, as the kernel rules do)."""
+    if rule.kind != "winner-spills" or wd.a is None or wd.b is None or wd.worse:
+        return False
+    a, b = wd.a.facts, wd.b.facts
+    if a is None or b is None:
+        return True
+    backend = a.backend or b.backend or ""
+    return _new_spills(a, b, backend) is None or _occupancy_drop(a, b, backend) is None
+
+
 def evaluate_winner_rule(rule: Rule, wd: WinnerDiff) -> bool:
     if rule.kind == "winner-flip":
         return wd.status == "flip"
@@ -175,21 +187,19 @@ def _both(a: KernelFacts, b: KernelFacts, column: str) -> bool:
     return a.get(column) is not None and b.get(column) is not None
 
 
-def unknown_figures(kd: KernelDiff) -> list[str]:
+def unknown_figures(a: KernelFacts, b: KernelFacts) -> list[str]:
     """'occupancy unknown in B: <why>' for each figure a paired kernel has on one side and not the other."""
-    if kd.a is None or kd.b is None:
-        return []
     out = []
-    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILLISH):
-        va, vb = kd.a.get(column), kd.b.get(column)
+    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILL_LIKE):
+        va, vb = a.get(column), b.get(column)
         if (va is None) == (vb is None):
             continue
-        side, facts = ("A", kd.a) if va is None else ("B", kd.b)
+        side, facts = ("A", a) if va is None else ("B", b)
         out.append(f"{_LABEL.get(column, column)} unknown in {side}: {facts.why_unknown(column)}")
     return out
 
 
-_SPILLISH = ("vgpr_spill_count", "scratch_bytes", "local_bytes", "stack_bytes")
+_SPILL_LIKE = ("vgpr_spill_count", "scratch_bytes", "local_bytes", "stack_bytes")
 _LABEL = {
     "occupancy": "occupancy",
     "occupancy_llvm": "LLVM's occupancy",
