@@ -86,10 +86,19 @@ ANALYSIS_COLUMNS = [
     "isa_digest",
     "instr_mix_digest",
     "instr_groups",
+    # migration 010: loops and occupancy cliffs
+    "max_loop_depth",
+    "scratch_instr_in_loops",
+    "loop_weighted_scratch",
+    "scratch_by_loop_depth",
+    "registers_to_cliff",
+    "registers_to_gain",
 ]
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
     "instr_mix_counts": ["folder_digest", "source", "mnemonic", "grp", "count"],
+    # migration 010: instructions at loop depth >= 1 (depth 0 is the rest of instr_mix_counts)
+    "instr_mix_loop_counts": ["folder_digest", "source", "loop_depth", "mnemonic", "grp", "count"],
     "source_line_counts": ["folder_digest", "source", "file", "line", "grp", "count"],
     "analysis_problems": ["folder_digest", "name", "stage", "reason"],
     # migration 005: what links a compiled kernel to the generated module and config it came from

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, overload
+
+from kdb.analysis.loops import LoopNest, weight
 
 
 @dataclass
@@ -64,3 +67,62 @@ def first_file(files: list[FolderFile], kind: str, name: str) -> FolderFile | No
 
 def add_problem(out: FolderAnalysis, f: FolderFile | None, stage: str, reason: str) -> None:
     out.problems.append((f.rel if f else "", stage, reason))
+
+
+def record_loops(
+    out: FolderAnalysis,
+    row: dict[str, Any],
+    f: FolderFile | None,
+    folder_digest: str,
+    source: str,
+    nest: LoopNest,
+    loop_mix: dict[tuple[int, str, str], int],
+    scratch_total: int,
+    scratch_group: str,
+) -> None:
+    """Record a kernel's loop facts from its `source` mix (the one that is its instr_source): the kernel_analysis
+    columns of migration 010 and the instr_mix_loop_counts rows (depth >= 1). A loop nest built on branches kdb
+    could not follow is no figure: the columns stay NULL and a `loops` problem says why (unknown, never a guess)."""
+    out.rows["instr_mix_loop_counts"] = [r for r in out.rows.get("instr_mix_loop_counts", []) if r["source"] != source]
+    for name in LOOP_COLUMNS:
+        row.pop(name, None)
+    if nest.unresolved:
+        add_problem(
+            out, f, "loops", f"loop depths unknown: {nest.unresolved} branches go where the {source} does not say"
+        )
+        return
+    by_depth: dict[int, int] = {}
+    inside = 0
+    for (depth, mnemonic, grp), count in sorted(loop_mix.items()):
+        out.add(
+            "instr_mix_loop_counts",
+            folder_digest=folder_digest,
+            source=source,
+            loop_depth=depth,
+            mnemonic=mnemonic,
+            grp=grp,
+            count=count,
+        )
+        if grp == scratch_group:
+            by_depth[depth] = by_depth.get(depth, 0) + count
+            inside += count
+    if scratch_total - inside:
+        by_depth[0] = scratch_total - inside
+    row.update(
+        max_loop_depth=nest.max_depth,
+        scratch_instr_in_loops=inside,
+        loop_weighted_scratch=sum(count * weight(depth) for depth, count in by_depth.items()),
+        scratch_by_loop_depth=json.dumps({str(d): n for d, n in sorted(by_depth.items())}),
+    )
+
+
+def clear_loops(out: FolderAnalysis, row: dict[str, Any], source: str | None = None) -> None:
+    """Forget loop facts recorded from a source that is no longer the instr_source (or every source)."""
+    out.rows["instr_mix_loop_counts"] = [
+        r for r in out.rows.get("instr_mix_loop_counts", []) if source is not None and r["source"] != source
+    ]
+    for name in LOOP_COLUMNS:
+        row.pop(name, None)
+
+
+LOOP_COLUMNS = ("max_loop_depth", "scratch_instr_in_loops", "loop_weighted_scratch", "scratch_by_loop_depth")

@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
 # Bounds against hostile input: real listings are at most a few MB. Numbers in the regexes are
@@ -166,6 +167,8 @@ class AsmKernel:
     lines: dict[tuple[str, int, str], int]  # (source file, line, group) -> count; line 0 = no line
     instruction_count: int
     private_segment: bool
+    loops: LoopNest  # the control-flow graph's natural loops; depths[i] is the i-th instruction's loop depth
+    loop_mix: dict[tuple[int, str, str], int]  # (loop depth >= 1, mnemonic, group) -> count
 
     @property
     def occupancy(self) -> int | None:
@@ -192,6 +195,11 @@ class _Building:
     reload_bytes: int = 0
     kernel_info: dict[str, int | str] = field(default_factory=dict)
     amdhsa: dict[str, int] = field(default_factory=dict)
+    # control flow, one entry per counted instruction: what it does to the flow, and its key in `counts`
+    steps: list[Step] = field(default_factory=list)
+    keys: list[tuple[str, str, int, tuple[bool, bool | None]]] = field(default_factory=list)
+    labels: dict[str, int] = field(default_factory=dict)  # label -> index of the instruction it precedes
+    far_target: str | None = None  # the label a long branch's `s_add_u32 …, (.LBB0_7-.Lpost_getpc0)` names
 
 
 _NO_OPERAND_FLAGS: tuple[bool, bool | None] = (False, None)
@@ -248,7 +256,13 @@ def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state
                 in_info = True
             continue
         if first == ".":
-            if match := LOC_RE.match(line):
+            if current is not None and line.startswith(".L") and (match := LABEL_RE.match(line)):
+                if FUNC_END_RE.match(line):
+                    done.append(current)
+                    info_for, current = current, None
+                else:  # a basic block's label (.LBB0_3:), or another local label inside the function
+                    current.labels[match.group(1)] = len(current.steps)
+            elif match := LOC_RE.match(line):
                 loc_file, loc_line = files.get(int(match.group(1)), ""), int(match.group(2))
             elif match := FILE_RE.match(line):
                 directory, name = match.group(2), match.group(3)
@@ -278,6 +292,8 @@ def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state
                     done.append(current)
                 current = _Building(match.group(1))
                 loc_file, loc_line = "", 0
+            elif current is not None:
+                current.labels[match.group(1)] = len(current.steps)
             continue
         if current is None:
             continue
@@ -287,7 +303,10 @@ def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state
         if not valid:
             continue
         flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") else _NO_OPERAND_FLAGS
-        current.counts[(token, loc_file, loc_line, flags)] += 1
+        key = (token, loc_file, loc_line, flags)
+        current.counts[key] += 1
+        current.keys.append(key)
+        current.steps.append(_step(current, token, parts[1] if len(parts) > 1 else ""))
         if comment and "Folded" in comment and (folded := FOLDED_RE.search(";" + comment)):
             size = int(folded.group(1))
             if folded.group(2) == "Spill":
@@ -302,6 +321,33 @@ def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state
         raise ParseError("no kernel function found in the assembly")
     yaml_meta = _yaml_kernels(yaml_lines)
     return AsmListing(target, [_finish(b, yaml_meta.get(b.name, {})) for b in done])
+
+
+# `(.LBB0_7-.Lpost_getpc0)&4294967295`: the label a long branch (s_getpc/s_add/s_setpc) goes to
+FAR_TARGET_RE = re.compile(r"\((\.L[\w.$]+)-\.L[\w.$]+\)")
+# s_cbranch_join / s_cbranch_g_fork / s_cbranch_i_fork (gfx6-8): jumps to a computed address
+COMPUTED_BRANCHES = ("s_cbranch_join", "s_cbranch_g_fork", "s_cbranch_i_fork")
+
+
+def _step(current: _Building, mnemonic: str, operands: str) -> Step:
+    """What one AMD instruction does to control flow (from the mnemonic and its label operand)."""
+    if not mnemonic.startswith("s_"):
+        return NEXT
+    if mnemonic.startswith("s_add_u32") and "post_getpc" in operands and (far := FAR_TARGET_RE.search(operands)):
+        current.far_target = far.group(1)
+        return NEXT
+    if mnemonic == "s_branch":
+        return Step(Flow.JUMP, operands.split(None, 1)[0] if operands else None)
+    if mnemonic.startswith("s_cbranch_"):
+        if mnemonic.startswith(COMPUTED_BRANCHES):
+            return Step(Flow.INDIRECT)
+        return Step(Flow.BRANCH, operands.split(None, 1)[0] if operands else None)
+    if mnemonic.startswith("s_endpgm"):
+        return Step(Flow.EXIT)
+    if mnemonic.startswith("s_setpc"):
+        target, current.far_target = current.far_target, None
+        return Step(Flow.JUMP, target) if target else Step(Flow.INDIRECT)
+    return NEXT
 
 
 def _unescape(value: str) -> str:
@@ -378,8 +424,10 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
     lines: Counter[tuple[str, int, str]] = Counter()
     mix: Counter[tuple[str, str]] = Counter()
     instruction_count = 0
-    for (mnemonic, file, line, flags), count in building.counts.items():
-        group = _group(mnemonic, private, *flags)
+    group_of: dict[tuple[str, str, int, tuple[bool, bool | None]], str] = {}
+    for key, count in building.counts.items():
+        mnemonic, file, line, flags = key
+        group = group_of[key] = _group(mnemonic, private, *flags)
         instruction_count += count
         mnemonics[mnemonic] += count
         groups[group] += count
@@ -401,4 +449,17 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
         lines=dict(lines),
         instruction_count=instruction_count,
         private_segment=private,
+        loops=(nest := loop_nest(building.steps, building.labels)),
+        loop_mix=_loop_mix(nest, building.keys, group_of),
     )
+
+
+def _loop_mix(
+    nest: LoopNest, keys: list[tuple[str, str, int, tuple[bool, bool | None]]], group_of: dict
+) -> dict[tuple[int, str, str], int]:
+    mix: Counter[tuple[int, str, str]] = Counter()
+    for depth, key in zip(nest.depths, keys, strict=True):
+        if depth:
+            mix[(depth, key[0], group_of[key])] += 1
+    return dict(mix)
+

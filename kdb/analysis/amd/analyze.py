@@ -10,7 +10,15 @@ from kdb.analysis.amd.amdgcn import AsmKernel, AsmListing, classify, parse_amdgc
 from kdb.analysis.amd.disasm import disassemble_mnemonics
 from kdb.analysis.amd.hsaco import CodeObject, KernelObject, parse_hsaco
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, processor_name, processor_table
-from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, add_problem, first_file, text_of
+from kdb.analysis.model import (
+    AnalysisOptions,
+    FolderAnalysis,
+    FolderFile,
+    add_problem,
+    first_file,
+    record_loops,
+    text_of,
+)
 from kdb.errors import KdbError, ParseError
 from kdb.triton.kernel_json import KernelMeta
 
@@ -66,7 +74,7 @@ def analyze_amd(
         _occupancy(out, row, hsaco, arch, kernel, meta, _asm_kernel(listing, meta.name))
 
     if listing is not None and (asm := _asm_kernel(listing, meta.name)) is not None:
-        _asm_facts(out, row, folder_digest, asm)
+        _asm_facts(out, row, folder_digest, asm, asm_file)
         return
     if asm_file is not None:
         add_problem(out, asm_file, "amdgcn", asm_error or "no kernel function in the asm")
@@ -169,7 +177,9 @@ def _occupancy(
     )
 
 
-def _asm_facts(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, asm: AsmKernel) -> None:
+def _asm_facts(
+    out: FolderAnalysis, row: dict[str, Any], folder_digest: str, asm: AsmKernel, asm_file: FolderFile | None
+) -> None:
     info_occ = asm.kernel_info.get("Occupancy")
     row.update(
         asm_occupancy=info_occ if isinstance(info_occ, int) else None,
@@ -179,6 +189,9 @@ def _asm_facts(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, asm
         spill_count=asm.spill_count,
         reload_count=asm.reload_count,
         scratch_instr_count=asm.scratch_instructions,
+    )
+    record_loops(
+        out, row, asm_file, folder_digest, "amdgcn", asm.loops, asm.loop_mix, asm.scratch_instructions, "scratch"
     )
     # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
     for (mnemonic, grp), count in sorted(asm.mix.items()):
