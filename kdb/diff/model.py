@@ -49,7 +49,16 @@ UNKNOWN_STAGES: dict[str, tuple[str, ...]] = {
         )
     },
 }
-FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS
+# Where the cost sits (issue 28; migration 010): loop nest, scratch per loop depth, distance to occupancy cliffs.
+LOOP_FACTS: tuple[str, ...] = (
+    "max_loop_depth",
+    "scratch_instr_in_loops",
+    "loop_weighted_scratch",
+    "scratch_by_loop_depth",
+    "registers_to_cliff",
+    "registers_to_gain",
+)
+FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS + LOOP_FACTS
 
 
 KEY_LENGTH = 6  # the shortest key kdb prints

@@ -8,8 +8,19 @@ from __future__ import annotations
 from typing import Any
 
 from kdb.diff.markdown import render_markdown
-from kdb.diff.model import LIMITERS, METRICS, DiffResult, KernelDeepView, KernelDiff, KernelFacts, Winner, WinnerDiff
+from kdb.diff.model import (
+    LIMITERS,
+    LOOP_FACTS,
+    METRICS,
+    DiffResult,
+    KernelDeepView,
+    KernelDiff,
+    KernelFacts,
+    Winner,
+    WinnerDiff,
+)
 from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, assumption_text, render_table, summary_line
+from kdb.diff.verdict import scratch_by_depth
 from kdb.diff.views import view_text
 from kdb.render.tables import table_csv, to_json
 
@@ -34,12 +45,23 @@ def kernel_document(k: KernelDiff, key: str | None = None) -> dict[str, Any]:
         "candidates": k.candidates,
         "metrics": k.metrics,
         "limiters": k.limiters,
+        "loops": {"a": _loop_facts(k.a), "b": _loop_facts(k.b)},
         "mix_groups": k.mix_groups,
         "mix_mnemonics": k.mix_mnemonics,
         "first_changed_stage": k.first_changed_stage,
         "fired_rules": k.fired_rules,
         "unknown_rules": k.unknown_rules,
     }
+
+
+def _loop_facts(facts: KernelFacts | None) -> dict[str, Any] | None:
+    """A side's loop figures: scratch per loop depth as {depth: instructions} (NULL figures stay null)."""
+    if facts is None:
+        return None
+    out = {c: facts.get(c) for c in LOOP_FACTS}
+    depths = scratch_by_depth(facts.values)
+    out["scratch_by_loop_depth"] = None if depths is None else {str(d): n for d, n in sorted(depths.items())}
+    return out
 
 
 def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[str, Any]:

@@ -7,8 +7,12 @@ Tiers, most serious first; a kernel's verdict is decided by the most serious tie
    could not and now can -> `improved`. A kernel that cannot launch on either side keeps the verdict of its
    facts, but its reason says so first and it ranks after every launchable kernel (UNLAUNCHABLE_SCALE and
    kdb/diff/engine.py's report order): a kernel that could never run is not an upgrade's worst regression.
-1. **spills**: VGPR spills or scratch (AMD), local memory or stack (NVIDIA) start or grow -> `regressed`,
-   whatever else improved; they shrink -> `improved` (or `mixed` if occupancy dropped too).
+1. **spills**, weighed by where they run (issue 28): scratch (AMD) / local-memory (NVIDIA) instructions
+   inside a loop grow -> `regressed` above every other spill regression, the reason naming the depth
+   (`scratch in loop depth 2: 0→14 instructions`), ranked by the loop-weighted growth (32 per depth,
+   kdb/analysis/loops.py); VGPR spills or scratch (AMD), local memory or stack (NVIDIA) start or grow outside
+   every loop -> `regressed`, below those; spills that moved out of the loops -> `improved` even when the
+   total grew ("spills moved out of loops"); they shrink -> `improved` (or `mixed` if occupancy dropped too).
 2. **occupancy**: fewer waves per SIMD / warps per SM -> `regressed`; more -> `improved`. The launch
    figure (which also charges LDS and whole workgroups) decides where it exists, else LLVM's figure.
 3. **resources**: VGPRs (AGPRs included on gfx90a+, so never counted twice), NVIDIA registers, LDS or
@@ -22,11 +26,15 @@ spills grew ranks above every kernel without, occupancy drops come next. Pure fu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdb.analysis.loops import LOOP_WEIGHT
+
 LAUNCH_TIER = 4_000_000.0
+LOOP_SPILL_TIER = 3_600_000.0  # scratch grew inside a loop: above every spill growth outside loops
 SPILL_TIER = 3_000_000.0
 OCCUPANCY_TIER = 2_000_000.0
 RESOURCE_TIER = 1_000_000.0
@@ -88,6 +96,52 @@ def resource_columns(backend: str | None) -> list[tuple[str, str, str]]:
         return [("registers", "registers", ""), ("shared", "shared memory", " B")]
     # vgpr_count already holds AGPRs on gfx90a+ (and max(VGPR, AGPR) on gfx908): AGPRs are not added again.
     return [("vgpr_count", "VGPRs", ""), ("shared", "LDS", " B"), ("sgpr_spill_count", "SGPR spills", "")]
+
+
+def scratch_by_depth(row: Mapping[str, Any]) -> dict[int, int] | None:
+    """Scratch / local-memory instructions per loop depth (kernels.scratch_by_loop_depth); None when unknown."""
+    text = row.get("scratch_by_loop_depth")
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text) if isinstance(text, str) else dict(text)
+        return {int(depth): int(count) for depth, count in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class LoopScratch:
+    """How a paired kernel's scratch instructions moved between loop depths."""
+
+    grew: list[_Change]  # depths >= 1 whose count grew, deepest first
+    shrank: list[_Change]  # depths >= 1 whose count fell, deepest first
+    weighted_delta: float  # loop-weighted growth (B - A)
+    inside_a: int
+    inside_b: int
+
+    def texts(self, changes: list[_Change]) -> list[str]:
+        return [c.text() for c in changes]
+
+
+def loop_scratch(a: Mapping[str, Any], b: Mapping[str, Any]) -> LoopScratch | None:
+    da, db = scratch_by_depth(a), scratch_by_depth(b)
+    if da is None or db is None:
+        return None
+    depths = sorted(set(da) | set(db) - {0}, reverse=True)
+    changes = [
+        _Change(f"scratch in loop depth {d}:", float(da.get(d, 0)), float(db.get(d, 0)), " instructions")
+        for d in depths
+        if d > 0 and da.get(d, 0) != db.get(d, 0)
+    ]
+    weighted = sum(n * LOOP_WEIGHT**d for d, n in db.items()) - sum(n * LOOP_WEIGHT**d for d, n in da.items())
+    return LoopScratch(
+        grew=[c for c in changes if c.delta > 0],
+        shrank=[c for c in changes if c.delta < 0],
+        weighted_delta=float(weighted),
+        inside_a=sum(n for d, n in da.items() if d > 0),
+        inside_b=sum(n for d, n in db.items() if d > 0),
+    )
 
 
 def occupancy_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[_Change, str | None] | None:
@@ -153,11 +207,30 @@ def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
         extra = [t for t in also if t not in first][:3]
         return ", ".join(first) + (f" (also {', '.join(extra)})" if extra else "")
 
-    all_texts = [c.text() for c in spills] + ([occ_text] if occ_text else []) + [c.text() for c in resources]
+    loops = loop_scratch(a, b)
+    loop_texts = loops.texts(loops.grew + loops.shrank) if loops else []
+    all_texts = (
+        loop_texts + [c.text() for c in spills] + ([occ_text] if occ_text else []) + [c.text() for c in resources]
+    )
+    if loops is not None and loops.grew:
+        severity = LOOP_SPILL_TIER + min(max(loops.weighted_delta, 0.0) + 1.0, 399_999)
+        return Verdict("regressed", severity, reason(loops.texts(loops.grew), all_texts))
+    if spills_up and loops is not None and loops.shrank and loops.inside_b < loops.inside_a:
+        # the spills that remain run outside the loops: fewer executed scratch accesses, whatever the total
+        moved = "spills moved out of loops: " + ", ".join(loops.texts(loops.shrank))
+        if occ is not None and occ[0].delta < 0:
+            lost = occ[0].a - occ[0].b
+            return Verdict(
+                "mixed",
+                OCCUPANCY_TIER + 100_000 * lost / max(occ[0].a, 1) + lost,
+                reason([moved, occ_text or ""], all_texts),
+            )
+        gained = max(-loops.weighted_delta, 1.0)
+        return Verdict("improved", -(SPILL_TIER + min(gained, 599_999)), reason([moved], all_texts))
     if spills_up:
         started = any(c.a == 0 for c in spills_up)
         magnitude = sum(min(c.delta, 1e5) / (4.0 if c.unit == " B" else 1.0) for c in spills_up)
-        severity = SPILL_TIER + (500_000 if started else 0) + min(magnitude, 499_999)
+        severity = SPILL_TIER + (300_000 if started else 0) + min(magnitude, 299_999)
         return Verdict("regressed", severity, reason([c.text() for c in spills_up], all_texts))
     occ_down = occ is not None and occ[0].delta < 0
     occ_up = occ is not None and occ[0].delta > 0
