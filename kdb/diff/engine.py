@@ -359,6 +359,20 @@ def _deepdiff(a: Any, b: Any) -> dict[str, Any]:
     return json.loads(DeepDiff(a, b, ignore_order=False, verbose_level=2).to_json())
 
 
+def _loop_rows(
+    a: list[tuple[int, str, str, int]], b: list[tuple[int, str, str, int]]
+) -> tuple[list[dict[str, Any]], tuple[bool, bool]]:
+    """Both sides' mix per loop depth, row by (depth, mnemonic, group), changed rows first, deepest first."""
+    ca = {(d, m, g): n for d, m, g, n in a}
+    cb = {(d, m, g): n for d, m, g, n in b}
+    rows: list[dict[str, Any]] = []
+    for d, m, g in set(ca) | set(cb):
+        na, nb = ca.get((d, m, g), 0), cb.get((d, m, g), 0)
+        rows.append({"loop_depth": d, "mnemonic": m, "grp": g, "a": na, "b": nb, "delta": nb - na})
+    rows.sort(key=lambda r: (r["delta"] == 0, -r["loop_depth"], -abs(r["delta"]), r["grp"], r["mnemonic"]))
+    return rows, (bool(a), bool(b))
+
+
 def deep_views(
     result: DiffResult,
     kernel_rows: dict[int, tuple[Row | None, Row | None]],
@@ -422,6 +436,9 @@ def views_of(
             ca, cb = mix_a.get((mn, grp), 0), mix_b.get((mn, grp), 0)
             rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
+        loop_rows, loop_known = _loop_rows(
+            sa.loop_mix_of(a["cache_key"]) if a else [], sb.loop_mix_of(b["cache_key"]) if b else []
+        )
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
         tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)
         if raw_isa:  # the files as the compiler wrote them
@@ -451,6 +468,8 @@ def views_of(
                 isa_diff=isa,
                 isa_kind=kind_a or kind_b,
                 isa_raw=raw_isa,
+                loop_rows=loop_rows,
+                loop_known=loop_known,
             )
         )
     return views

@@ -397,3 +397,7 @@ class KernelDeepView:
     isa_diff: str  # unified diff of the ISA, normalised (kdb/diff/isa.py) unless isa_raw
     isa_kind: str | None
     isa_raw: bool = False  # `--raw-isa`: the files as the compiler wrote them
+    # the mix per loop depth (issue 28): loop_depth, mnemonic, grp, a, b, delta; empty when neither side's loop
+    # nest is known; `loop_known` says per side whether it is (a side without one reads as all zeros otherwise)
+    loop_rows: list[dict[str, Any]] = field(default_factory=list)
+    loop_known: tuple[bool, bool] = (False, False)

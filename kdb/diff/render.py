@@ -143,6 +143,8 @@ def view_document(v: KernelDeepView) -> dict[str, Any]:
         "triton_json_diff": v.triton_json_diff,
         "co_metadata_diff": v.co_metadata_diff,
         "mix": v.mix_rows,
+        "mix_by_loop": v.loop_rows,
+        "loop_known": {"a": v.loop_known[0], "b": v.loop_known[1]},
         "isa_kind": v.isa_kind,
         "isa_raw": v.isa_raw,
         "isa_diff": v.isa_diff,

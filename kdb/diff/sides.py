@@ -32,6 +32,8 @@ class Side:
     files: dict[str, list[Row]] | None = None  # filled on first use
     winners: list[Row] = field(default_factory=list)  # autotune winners (Inductor caches), with their folders
     mix_rows: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # filled by load_mix
+    # (loop depth, mnemonic, group, count) per kernel, filled by load_mix (kernels whose loop nest is known)
+    loop_rows: dict[str, list[tuple[int, str, str, int]]] = field(default_factory=dict)
 
     def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
         """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
@@ -50,13 +52,20 @@ class Side:
         missing = [k for k in cache_keys if k not in self.mix_rows]
         if missing:
             got = self.catalog.diff_instr_mix(self.tag, missing)
+            by_loop = self.catalog.diff_instr_mix_by_loop(self.tag, missing)
             for key in missing:
                 self.mix_rows[key] = got.get(key, [])
+                self.loop_rows[key] = by_loop.get(key, [])
 
     def mix_of(self, cache_key: str) -> list[tuple[str, str, int]]:
         """(mnemonic, group, count) rows of one kernel (the deep view)."""
         self.load_mix([cache_key])
         return self.mix_rows[cache_key]
+
+    def loop_mix_of(self, cache_key: str) -> list[tuple[int, str, str, int]]:
+        """(loop depth, mnemonic, group, count) rows of one kernel; empty when its loop nest is unknown."""
+        self.load_mix([cache_key])
+        return self.loop_rows[cache_key]
 
     def load_documents(self, rows: Iterable[Row]) -> None:
         """Add the JSON documents diff_kernels leaves out to some kernel rows (deep views)."""

@@ -76,6 +76,26 @@ def _mix(v: KernelDeepView) -> tuple[list[list[Any]], int]:
     return rows, len(v.mix_rows) - len(rows)
 
 
+def loop_mix(v: KernelDeepView) -> tuple[list[list[Any]], int, str | None]:
+    """(changed rows of the mix per loop depth: depth, mnemonic, group, A, B, delta; rows left out; a note when a
+    side's loop nest is unknown)."""
+    known_a, known_b = v.loop_known
+    note = None
+    if not (known_a and known_b):
+        missing = " and ".join(s for s, known in (("A", known_a), ("B", known_b)) if not known)
+        note = (
+            f"loop depths unknown in {missing} (no loop nest recorded: branches kdb could not follow, or `kdb reindex`)"
+        )
+    if not (known_a and known_b):
+        return [], 0, note
+    changed = [r for r in v.loop_rows if r["delta"]]
+    rows = [[r["loop_depth"], r["mnemonic"], r["grp"], r["a"], r["b"], r["delta"]] for r in changed[:MIX_ROWS]]
+    return rows, len(changed) - len(rows), note
+
+
+LOOP_HEADERS = ["loop depth", "mnemonic", "group", "A", "B", "delta"]
+
+
 def view_text(v: KernelDeepView, width: int = 100) -> str:
     k = v.kernel
     out = f"\n== {k.name}  {k.a_cache_key or '-'} → {k.b_cache_key or '-'}  ({k.status.label})\n"
@@ -94,6 +114,17 @@ def view_text(v: KernelDeepView, width: int = 100) -> str:
         out += fitted_table(["mnemonic", "group", "A", "B", "delta"], mix, width) if mix else "  none changed\n"
         if unchanged:
             out += f"  {unchanged} more mnemonics not shown (unchanged or below the first {MIX_ROWS})\n"
+    by_loop, more, note = loop_mix(v)
+    if v.mix_rows or v.loop_rows:
+        out += "\nchanged instructions by loop depth (0: outside every loop; deepest first):\n"
+        if note:
+            out += f"  {note}\n"
+        elif by_loop:
+            out += fitted_table(LOOP_HEADERS, by_loop, width)
+            if more:
+                out += f"  {more} more changed rows not shown\n"
+        else:
+            out += "  none changed\n"
     shown, left, hunks = isa_lines(v)
     out += f"\n{isa_title(v)} diff: "
     if not shown:
@@ -125,6 +156,14 @@ def view_markdown(v: KernelDeepView, room: int) -> str:
     if mix:
         body += "\n| mnemonic | group | A | B | delta |\n|---|---|---|---|---|\n"
         body += "".join("| " + " | ".join(str(c) for c in r) + " |\n" for r in mix)
+    by_loop, more, note = loop_mix(v)
+    if note and (v.mix_rows or v.loop_rows):
+        body += f"\n*{note}*\n"
+    elif by_loop:
+        body += "\n**changed instructions by loop depth** (0: outside every loop)\n\n"
+        body += "| " + " | ".join(LOOP_HEADERS) + " |\n" + "|---" * len(LOOP_HEADERS) + "|\n"
+        body += "".join("| " + " | ".join(str(c) for c in r) + " |\n" for r in by_loop)
+        body += f"\n{more} more changed rows\n" if more else ""
     tail = "\n</details>\n"
     shown, left, hunks = isa_lines(v)
     isa = ""

@@ -83,6 +83,20 @@ class DiffQueries(CatalogConnection):
             out.setdefault(key, []).append((mnemonic, grp, count))
         return out
 
+    def diff_instr_mix_by_loop(self, tag: str, cache_keys: Sequence[str]) -> dict[str, list[tuple[int, str, str, int]]]:
+        """The same mix per loop depth (view instr_mix_by_loop, migration 010), as cache_key -> [(loop depth,
+        mnemonic, group, count)]; a kernel whose loop nest is unknown has no rows."""
+        self.require_snapshot(tag)
+        rows = self.con.execute(
+            'SELECT cache_key, loop_depth, mnemonic, "group", count FROM instr_mix_by_loop WHERE tag = ? '
+            "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, loop_depth, mnemonic, 4",
+            [tag, list(cache_keys)],
+        ).fetchall()
+        out: dict[str, list[tuple[int, str, str, int]]] = {}
+        for key, depth, mnemonic, grp, count in rows:
+            out.setdefault(key, []).append((depth, mnemonic, grp, count))
+        return out
+
     def source_lines_of(self, tag: str, cache_keys: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """cache_key -> the ISA's source-line rows (file, line, grp, count) of some kernels of a snapshot, in one
         query (a report's hot lines; kernel_detail gives the same rows for one kernel)."""
