@@ -50,7 +50,14 @@ def _expected_marks(doc: dict) -> dict[str, int]:
     for k in paired:
         for g, x in k["mix_groups"].items():
             groups[g] = groups.get(g, 0) + x["delta"]
+    loop_scratch = [
+        k
+        for k in paired
+        if all(k["loops"][side]["loop_weighted_scratch"] is not None for side in ("a", "b"))
+        and (k["loops"]["a"]["loop_weighted_scratch"] or k["loops"]["b"]["loop_weighted_scratch"])
+    ]
     return {
+        "plot-loop-scratch": len(loop_scratch),
         "plot-vgpr": len(vgpr),
         "plot-occupancy": len(cells),
         "plot-spills": len(spills),
@@ -81,6 +88,7 @@ def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
         assert page.locator("#plot-vgpr .scatterlayer path.point").count() == expected["plot-vgpr"]
         assert page.locator("#plot-spills .barlayer g.point").count() == 3 * min(expected["plot-spills"], SPILL_BARS)
         assert page.locator("#plot-mix .barlayer g.point").count() == expected["plot-mix"]
+        assert page.locator("#plot-loop-scratch .scatterlayer path.point").count() == expected["plot-loop-scratch"]
         assert page.locator("#plot-occupancy .hm image").count() == 1
         cells = page.evaluate("document.getElementById('plot-occupancy').data[0].z.flat().filter(v => v > 0).length")
         assert cells == expected["plot-occupancy"]
@@ -112,6 +120,16 @@ def test_diff_report_in_a_browser(pair_home, capsys, tmp_path):
         text = drill.inner_text()
         assert "facts" in text and "instruction mix by group" in text and "hot source lines" in text
         assert "@@" in page.locator("#isa").inner_text()
+        # the worst kernel's mix per loop depth, side by side: one table per depth, its totals the kernel's mix
+        worst = doc["kernels"][0]
+        assert worst["loops"]["b"]["max_loop_depth"] >= 1, worst["name"]
+        depths = page.locator("#loop-mix h4").all_inner_texts()
+        assert depths == [f"loop depth {d}" for d in range(worst["loops"]["b"]["max_loop_depth"] + 1)]
+        # clicking a point of the loop-weighted scratch plot opens that kernel
+        page.evaluate("document.getElementById('drill').style.display = 'none'")
+        page.locator("#plot-loop-scratch .scatterlayer path.point").first.click(force=True)
+        page.wait_for_function("document.getElementById('drill').style.display === 'block'")
+        assert "loop depth" in page.locator("#drill").inner_text()
         browser.close()
     assert problems == [], problems
     assert all(u.startswith("file://") or u.startswith("data:") for u in requests), requests

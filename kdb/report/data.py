@@ -85,9 +85,34 @@ def diff_drill(
             "mix": [[g, x["a"], x["b"], x["delta"]] for g, x in k.mix_groups.items()],
             "metadata": (deepdiff_lines(v.triton_json_diff) + deepdiff_lines(v.co_metadata_diff)) if v else None,
             "isa": v.isa_diff[:60_000] if v else None,
+            "loops": loop_groups(v) if v else [],
+            "loop_known": list(v.loop_known) if v else [False, False],
             "hot_a": hot_lines(lines.get(("a", k.a_cache_key or ""), [])),
             "hot_b": hot_lines(lines.get(("b", k.b_cache_key or ""), [])),
         }
+    return out
+
+
+def loop_groups(v: KernelDeepView) -> list[list[Any]]:
+    """The mix per loop depth and group, both sides: [depth, group, A, B, delta], outermost depth first."""
+    totals: dict[tuple[int, str], list[int]] = {}
+    for r in v.loop_rows:
+        t = totals.setdefault((int(r["loop_depth"]), str(r["grp"])), [0, 0])
+        t[0] += int(r["a"])
+        t[1] += int(r["b"])
+    return [[d, g, a, b, b - a] for (d, g), (a, b) in sorted(totals.items())]
+
+
+def loop_scratch_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
+    """Per verdict: paired kernels with a loop-weighted scratch figure on both sides, not both 0 (x: A, y: B)."""
+    out: dict[str, list[dict[str, Any]]] = {v: [] for v in VERDICTS}
+    for rank, k in enumerate(r.kernels):
+        if not k.status.paired or k.a is None or k.b is None:
+            continue
+        xa, xb = _num(k.a.get("loop_weighted_scratch")), _num(k.b.get("loop_weighted_scratch"))
+        if xa is None or xb is None or (xa == 0 and xb == 0):
+            continue
+        out[k.status.label].append({"x": xa, "y": xb, "text": f"{r.key_of(k)} {k.name}", "id": rank})
     return out
 
 

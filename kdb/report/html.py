@@ -96,6 +96,16 @@ function drill(id) {
   h += '<div class="side"><h3>facts</h3>' + table(D.fact_head, k.facts) + '</div>';
   if (k.mix && k.mix.length) h += '<div class="side"><h3>instruction mix by group</h3>' +
     table(D.mix_head, k.mix) + '</div>';
+  if (k.loops && k.loops.length) {
+    h += '<div id="loop-mix"><h3>instruction mix by loop depth (0: outside every loop)</h3>';
+    for (const depth of [...new Set(k.loops.map(r => r[0]))]) {
+      h += '<div class="side"><h4>loop depth ' + esc(depth) + '</h4>' + table(['group', 'A', 'B', 'delta'],
+        k.loops.filter(r => r[0] === depth).map(r => r.slice(1))) + '</div>';
+    }
+    h += '</div>';
+  } else if (k.loop_known && !(k.loop_known[0] && k.loop_known[1])) {
+    h += '<p>loop depths unknown in ' + ['A', 'B'].filter((s, i) => !k.loop_known[i]).join(' and ') + '</p>';
+  }
   for (const side of ['a', 'b']) {
     const hot = k['hot_' + side] || [];
     if (hot.length) h += '<div class="side"><h3>hot source lines (' + side.toUpperCase() + ')</h3>' +
@@ -179,6 +189,48 @@ def log_ticks(values: Sequence[float]) -> dict[str, Any]:
     return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
+def _loop_scratch_figure(r: DiffResult, backends: set[str | None]) -> tuple[dict[str, Any], int]:
+    """Loop-weighted scratch, A vs B: each scratch / local-memory instruction weighted 32 per loop depth
+    (kdb/analysis/loops.py), so a kernel whose spills moved into a loop rises far above the diagonal."""
+    what = "local-memory" if backends == {"cuda"} else "scratch" if "cuda" not in backends else "scratch/local"
+    points = data.loop_scratch_points(r)
+    values = [v for ps in points.values() for p in ps for v in (p["x"], p["y"]) if v > 0]
+    top = max(values or [1.0])
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "x": [1, top],
+            "y": [1, top],
+            "mode": "lines",
+            "name": "A = B",
+            "line": {"color": "#bbb", "dash": "dot"},
+        }
+    ]
+    for verdict, ps in points.items():
+        if ps:
+            traces.append(
+                {
+                    "type": "scatter",
+                    # log axes: a side with no scratch is drawn at 1 (the hover text gives the real figure)
+                    "x": [max(p["x"], 1) for p in ps],
+                    "y": [max(p["y"], 1) for p in ps],
+                    "text": [f"{p['text']}: {p['x']:g} → {p['y']:g}" for p in ps],
+                    "customdata": [p["id"] for p in ps],
+                    "mode": "markers",
+                    "name": verdict,
+                    "marker": {"color": COLORS[verdict], "size": 8, "opacity": 0.8},
+                    "hovertemplate": "%{text}<extra>" + verdict + "</extra>",
+                }
+            )
+    axis = {"type": "log", **log_ticks(values or [1.0])}
+    layout = _layout(
+        f"loop-weighted {what} instructions (×32 per loop depth), A vs B",
+        xaxis={"title": {"text": "A (0 drawn at 1)"}, **axis},
+        yaxis={"title": {"text": "B (0 drawn at 1)"}, **axis},
+    )
+    return _figure(traces, layout), sum(len(ps) for ps in points.values())
+
+
 def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     """The diff's figures by element id, and how many marks each draws (points, cells, bars)."""
     figs: dict[str, Any] = {}
@@ -216,6 +268,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
         f"{regs}, A vs B", xaxis={"title": {"text": f"A: {regs}"}}, yaxis={"title": {"text": f"B: {regs}"}}
     )
     figs["plot-vgpr"], marks["plot-vgpr"] = _figure(traces, layout), sum(len(ps) for ps in points.values())
+    figs["plot-loop-scratch"], marks["plot-loop-scratch"] = _loop_scratch_figure(r, backends)
     la, lb, z = data.occupancy_transitions(r)
     unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
     heat = {
@@ -394,7 +447,7 @@ def diff_report(
         "drill": data.diff_drill(r, views, lines),
         "fact_head": ["fact", "A", "B", "delta", ""],
         "mix_head": ["group", "A", "B", "delta"],
-        "clickable": ["plot-vgpr"],
+        "clickable": ["plot-vgpr", "plot-loop-scratch"],
         "summary": data.summary_counts(r),
     }
     title = f"kdb diff {r.a_label} → {r.b_label}"
