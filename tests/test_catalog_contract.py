@@ -241,6 +241,16 @@ def test_migration_008_moves_inductor_modules_into_sets(capsys, unpacked_archive
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]
 
 
+MIGRATION_010_COLUMNS = (
+    "max_loop_depth",
+    "scratch_instr_in_loops",
+    "loop_weighted_scratch",
+    "scratch_by_loop_depth",
+    "registers_to_cliff",
+    "registers_to_gain",
+)
+
+
 def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, ingested_copy):
     """A catalog left by the 008-era layout (kernel_modules and autotune_results tables, rows per snapshot)
     upgrades with every row kept, through every view that reads them; the migration's digests and the
@@ -256,10 +266,9 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     views = {
         name: f"SELECT s.tag, v.* EXCLUDE (snapshot_id) FROM {name} v JOIN snapshots s USING (snapshot_id) ORDER BY ALL"
         for name in ("kernel_modules", "autotune_results")
-    } | {
-        name: f"SELECT * EXCLUDE (snapshot_id) FROM {name} ORDER BY ALL"
-        for name in ("autotune", "inductor_kernels", "kernels")
-    }
+    } | {name: f"SELECT * EXCLUDE (snapshot_id) FROM {name} ORDER BY ALL" for name in ("autotune", "inductor_kernels")}
+    # the 008-era layout predates migration 010 too, whose columns come back NULL until `kdb reindex`
+    views["kernels"] = f"SELECT * EXCLUDE (snapshot_id, {', '.join(MIGRATION_010_COLUMNS)}) FROM kernels ORDER BY ALL"
     before = {k: kdb(capsys, home, "sql", q, "--format", "json").json() for k, q in views.items()}
     links = {name: sum(1 for r in before[name] if r["tag"] == "x") for name in ("kernel_modules", "autotune_results")}
     assert all(n > 0 for n in links.values()), links
@@ -293,11 +302,15 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     con.execute("DROP TABLE autotune_result_sets")
     con.execute("ALTER TABLE snapshots DROP COLUMN kernel_module_set")
     con.execute("ALTER TABLE snapshots DROP COLUMN autotune_result_set")
-    con.execute("DELETE FROM schema_migrations WHERE version = 9")
+    con.execute("DROP VIEW instr_mix_by_loop")  # and what 010 added
+    con.execute("DROP TABLE instr_mix_loop_counts")
+    for column in MIGRATION_010_COLUMNS:
+        con.execute(f"ALTER TABLE kernel_analysis DROP COLUMN {column}")
+    con.execute("DELETE FROM schema_migrations WHERE version >= 9")
     assert con.execute("SELECT count(*) FROM kernel_modules").fetchone()[0] == 2 * links["kernel_modules"]
     con.close()
     with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 009
-        assert 9 in {v for v, _ in catalog.applied_migrations()}
+        assert {9, 10} <= {v for v, _ in catalog.applied_migrations()}
         # the two snapshots held the same links: one set of each
         for table, name in (("kernel_module_sets", "kernel_modules"), ("autotune_result_sets", "autotune_results")):
             assert catalog.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == links[name]
@@ -328,3 +341,36 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     assert kdb(capsys, home, "sql", counts, "--format", "json").json() == [
         {"module_sets": 0, "module_rows": 0, "autotune_sets": 0, "autotune_rows": 0}
     ]
+
+
+def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested_copy):
+    """A catalog written before 010 upgrades with NULL loop figures and no loop rows (said as unknown, never 0);
+    `kdb reindex` then computes exactly what a fresh ingest records."""
+    home = ingested_copy([("t3.4.0-gfx942", "t3.4.0-gfx942")])
+    figures = f"SELECT cache_key, {', '.join(MIGRATION_010_COLUMNS)} FROM kernels ORDER BY cache_key"
+    by_loop = 'SELECT cache_key, loop_depth, "group", mnemonic, count FROM instr_mix_by_loop ORDER BY ALL'
+    fresh = kdb(capsys, home, "sql", figures, "--format", "json").json()
+    fresh_rows = kdb(capsys, home, "sql", by_loop, "--format", "json").json()
+    assert any(r["max_loop_depth"] for r in fresh) and any(r["scratch_instr_in_loops"] for r in fresh)
+    assert fresh_rows and any(r["loop_depth"] > 0 for r in fresh_rows)
+    # the 009-era layout: no loop table, columns or view; the kernels view as 009 wrote it
+    migration = next(text for version, _, text in schema_files() if version == 9)
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    con.execute("DROP VIEW instr_mix_by_loop")
+    con.execute("DROP VIEW kernels")
+    con.execute("DROP TABLE instr_mix_loop_counts")
+    for column in MIGRATION_010_COLUMNS:
+        con.execute(f"ALTER TABLE kernel_analysis DROP COLUMN {column}")
+    con.execute(migration[migration.index("CREATE VIEW kernels AS") :])
+    con.execute("DELETE FROM schema_migrations WHERE version = 10")
+    con.close()
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 010
+        assert 10 in {v for v, _ in catalog.applied_migrations()}
+    upgraded = kdb(capsys, home, "sql", figures, "--format", "json").json()
+    assert [r["cache_key"] for r in upgraded] == [r["cache_key"] for r in fresh]
+    assert all(r[c] is None for r in upgraded for c in MIGRATION_010_COLUMNS)
+    assert kdb(capsys, home, "sql", by_loop, "--format", "json").json() == []
+    assert kdb(capsys, home, "reindex", "t3.4.0-gfx942").code == 0
+    assert kdb(capsys, home, "sql", figures, "--format", "json").json() == fresh
+    assert kdb(capsys, home, "sql", by_loop, "--format", "json").json() == fresh_rows
+    assert kdb(capsys, home, "verify").code == 0
