@@ -9,7 +9,8 @@ branches and labels, and never reads comments):
 - `llvm-objdump -d` of the code object gives the instructions that really run; scratch accesses are read off
   its text (`scratch_*`, and MUBUF `buffer_load/store … off, s[…]` of a kernel with a private segment), and
   lined up one to one with the asm (alignment padding shows as extra `s_nop 0`) to place each at the depth
-  LLVM annotated.
+  LLVM annotated. kdb's loop finder on the same disassembly (its path for a folder without `.amdgcn`) must
+  give every instruction that depth too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from test_amd_analysis import HIP_SNAPSHOTS, OBJDUMP, READELF, SYMBOL_RE, Kernel, _folder, _release, snapshot_kernels
 
 from kdb.analysis.amd.amdgcn import parse_amdgcn
+from kdb.analysis.amd.disasm import parse_disassembly
 from kdb.analysis.folder import analyze_folder
 from kdb.analysis.loops import LOOP_WEIGHT
 
@@ -70,19 +72,21 @@ def llvm_depths(text: str) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def objdump_instructions(kernel: Kernel, arch: str) -> list[tuple[str, str]]:
-    """(mnemonic, operands) of the kernel's function, in address order, as llvm-objdump decodes them."""
+def objdump_instructions(kernel: Kernel, arch: str) -> tuple[list[tuple[str, str]], str, int]:
+    """(mnemonic, operands) of the kernel's function, in address order, as llvm-objdump decodes them; the whole
+    output, and the function's size."""
     start = size = None
     for line in _run(READELF, "-s", "--wide", str(kernel.hsaco_path)).splitlines():
         if (match := SYMBOL_RE.match(line)) and match.group("name") == kernel.name:
             start, size = int(match.group("value"), 16), int(match.group("size"))
     assert start is not None and size is not None, kernel.folder.name
     out = []
-    for line in _run(OBJDUMP, "-d", f"--mcpu={arch}", str(kernel.hsaco_path)).splitlines():
+    text = _run(OBJDUMP, "-d", f"--mcpu={arch}", str(kernel.hsaco_path))
+    for line in text.splitlines():
         match = OBJDUMP_RE.match(line)
         if match and start <= int(match.group("address"), 16) < start + size:
             out.append((match.group("mnemonic"), match.group("operands").strip()))
-    return out
+    return out, text, size
 
 
 def _run(*args: str) -> str:
@@ -165,13 +169,13 @@ def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
     at the depth LLVM annotated."""
     kernels = snapshot_kernels(snapshot)
 
-    def disassemble(kernel: Kernel) -> list[tuple[str, str]]:
+    def disassemble(kernel: Kernel) -> tuple[list[tuple[str, str]], str, int]:
         return objdump_instructions(kernel, kernel.meta["target"]["arch"])
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         disassembled = list(pool.map(disassemble, kernels))
     checked = with_scratch = loop_checked = undecodable = unordered = 0
-    for kernel, dis in zip(kernels, disassembled, strict=True):
+    for kernel, (dis, text, size) in zip(kernels, disassembled, strict=True):
         json_file, files = _folder(kernel)
         row = analyze_folder("key", "digest", json_file, files).rows["kernel_analysis"][0]
         if any(m.startswith(".") for m, _ in dis) or "<unknown>" in " ".join(o for _, o in dis):
@@ -193,6 +197,11 @@ def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
             unordered += 1
             continue
         assert row["scratch_instr_in_loops"] == sum(1 for f, d in zip(flags, depths, strict=True) if f and d)
+        # kdb's own loop finder on the disassembly (the path of a kernel whose folder has no .amdgcn)
+        decoded = parse_disassembly(text, kernel.name, size)
+        assert decoded is not None
+        nest = decoded.loops()
+        assert nest is not None and list(nest.depths) == depths, kernel.folder.name
         loop_checked += 1
     assert checked > 0 and undecodable < len(kernels)
     if annotated(snapshot):
