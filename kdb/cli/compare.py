@@ -33,7 +33,8 @@ def diff_cmd(
             "--fail-on",
             metavar="RULE",
             help="exit 1 when a rule fires: occupancy-drop, new-spills, scratch-increase, vgpr:+N, vgpr:+N% (sgpr:, "
-            "agpr:, registers:), unmatched, any-change, winner-flip, winner-spills; repeatable or comma-separated",
+            "agpr:, registers:), headroom-below:N, unmatched, any-change, winner-flip, winner-spills; repeatable or "
+            "comma-separated",
         ),
     ] = [],  # noqa: B006
     across_targets: Annotated[

@@ -16,6 +16,9 @@ WINNER_RULES = ("winner-flip", "winner-spills")
 SIMPLE_RULES = ("occupancy-drop", "new-spills", "scratch-increase", "unmatched", "any-change", *WINNER_RULES)
 # `vgpr:+12`, `registers:+10%`
 _REG_RULE = re.compile(r"^(vgpr|sgpr|agpr|registers):\+(\d+(?:\.\d+)?)(%?)$")
+HEADROOM_RULE = "headroom-below"
+# `headroom-below:8`
+_HEADROOM_RULE = re.compile(r"^headroom-below:(\d+)$")
 
 
 def parse_rules(texts: list[str]) -> list[Rule]:
@@ -26,6 +29,8 @@ def parse_rules(texts: list[str]) -> list[Rule]:
     scratch-increase   a paired kernel's scratch (AMD) or stack/local bytes (NVIDIA) grew
     vgpr:+N, vgpr:+N%  a paired kernel's VGPR count grew by at least N registers / at least N percent
                        (sgpr:, agpr:, registers: the same)
+    headroom-below:N   a paired kernel can gain fewer than N registers before losing a wave (AMD) or block
+                       (NVIDIA) of its launch occupancy in B, and at least N in A (`registers_to_cliff`)
     unmatched          any kernel is only in A, only in B, or ambiguous
     any-change         any kernel changed or is unmatched
     winner-flip        another config won autotuning for a kernel both snapshots tuned (Inductor caches)
@@ -41,11 +46,16 @@ def parse_rules(texts: list[str]) -> list[Rule]:
             if piece in SIMPLE_RULES:
                 rules.append(Rule(piece, piece))
                 continue
+            if h := _HEADROOM_RULE.match(piece):
+                if int(h.group(1)) <= 0:
+                    raise UsageError(f"--fail-on {piece!r}: N must be greater than 0 (registers to the cliff)")
+                rules.append(Rule(piece, HEADROOM_RULE, int(h.group(1))))
+                continue
             m = _REG_RULE.match(piece)
             if not m:
                 raise UsageError(
-                    f"unknown --fail-on rule {piece!r}: use {', '.join(SIMPLE_RULES)}, or vgpr:+N / vgpr:+N% "
-                    "(also sgpr:, agpr:, registers:)"
+                    f"unknown --fail-on rule {piece!r}: use {', '.join(SIMPLE_RULES)}, vgpr:+N / vgpr:+N% "
+                    "(also sgpr:, agpr:, registers:), or headroom-below:N"
                 )
             threshold = float(m.group(2))
             if threshold <= 0:
@@ -140,6 +150,8 @@ def judge_rule(rule: Rule, kd: KernelDiff) -> bool | None:
     backend = a.backend or b.backend or ""
     if rule.kind in _FACT_RULES:
         return _FACT_RULES[rule.kind](a, b, backend)
+    if rule.kind == HEADROOM_RULE:
+        return _headroom_below(a, b, int(rule.threshold))
     col = REGISTER_COLUMN[rule.kind]
     if backend not in REGISTER_BACKENDS[rule.kind]:
         return False  # an AMD register file on an NVIDIA kernel: the rule does not apply
@@ -151,6 +163,16 @@ def judge_rule(rule: Rule, kd: KernelDiff) -> bool | None:
     if rule.percent:
         return va > 0 and (vb - va) * 100.0 / va >= rule.threshold or (va == 0 and vb > 0)
     return bool(vb - va >= rule.threshold)
+
+
+def _headroom_below(a: KernelFacts, b: KernelFacts, registers: int) -> bool | None:
+    """B's `registers_to_cliff` is below REGISTERS and A's is not: the upgrade brought the kernel within
+    that many registers of losing a wave/block. Unknown (None) where either side lacks the figure (its
+    occupancy unknown, or a catalog analysed before kdb recorded it: `kdb reindex`)."""
+    va, vb = a.get("registers_to_cliff"), b.get("registers_to_cliff")
+    if va is None or vb is None:
+        return None
+    return bool(vb < registers <= va)
 
 
 def _occupancy_drop(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:

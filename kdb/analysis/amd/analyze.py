@@ -150,6 +150,10 @@ def _occupancy(
         launch, launch_lim = occupancy.launch_occupancy(
             arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
         )
+        # How far the launch figure is from a cliff either way, in VGPRs (a waves_per_eu floor held: see there).
+        to_cliff, to_gain = occupancy.register_cliffs(
+            arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
+        )
         # Headroom only where VGPRs are what limits the launch: elsewhere fewer VGPRs gain nothing.
         headroom = (
             occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
@@ -174,6 +178,8 @@ def _occupancy(
         occupancy_limiter=launch_lim,
         occupancy_unit="waves/SIMD",
         vgpr_headroom=headroom,
+        registers_to_cliff=to_cliff,
+        registers_to_gain=to_gain,
     )
 
 

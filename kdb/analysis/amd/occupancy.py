@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from kdb.analysis import cliffs
 from kdb.errors import KdbError
 
 KIB = 1024
@@ -263,6 +264,42 @@ def vgpr_headroom(
     if fits < 1 or fits >= vgpr_count:
         return None
     return vgpr_count - fits
+
+
+def register_cliffs(
+    arch: str,
+    wave_size: int,
+    vgpr_count: int,
+    sgpr_count: int,
+    lds_bytes: int,
+    num_warps: int,
+    allocated_vgprs: int | None = None,
+    waves_per_eu: int | None = None,
+) -> tuple[int, int | None]:
+    """(registers_to_cliff, registers_to_gain) of the launch figure (`launch_occupancy`, same arguments):
+
+    - registers_to_cliff: how many VGPRs the kernel can gain (up to the processor's most VGPRs per wave,
+      AGPRs included where the file is unified) before it loses a wave per SIMD;
+    - registers_to_gain: how many it must shed (down to one) to gain one; None when no VGPR count would
+      (LDS, whole workgroups, SGPRs or a `waves_per_eu` allocation limit it, or it has the most waves).
+
+    The VGPR count is `.vgpr_count` (the `registers` column); the hardware reserves what the descriptor
+    allocates: the count rounded up to the descriptor's granule, held at the floor Triton's `waves_per_eu`
+    made LLVM allocate where the descriptor shows one (ALLOCATED_VGPRS above the count's own rounding; LLVM
+    allocates max(use, the VGPRs its `amdgpu-waves-per-eu` asks for)). So VGPRs allocated beyond use are
+    room to grow into (counted in registers_to_cliff), and shedding VGPRs below such a floor gains nothing.
+    A `waves_per_eu` whose floor lies at or below the count leaves no trace in the code object: there the
+    figures are those of a compile that asked for no maximum. Definitions: kdb/analysis/cliffs.py.
+    """
+    spec = _spec(arch)
+    granule = spec.descriptor_vgpr_granule(wave_size) or 1
+    floor = allocated_vgprs if allocated_vgprs is not None and allocated_vgprs > _round_up(vgpr_count, granule) else 0
+
+    def waves(vgprs: int) -> int:
+        allocated = max(_round_up(vgprs, granule), floor) if allocated_vgprs is not None else None
+        return launch_occupancy(arch, wave_size, vgprs, sgpr_count, lds_bytes, num_warps, allocated, waves_per_eu)[0]
+
+    return cliffs.register_cliffs(waves, vgpr_count, spec.max_vgprs_per_wave)
 
 
 def _round_up(value: int, granule: int) -> int:

@@ -56,8 +56,13 @@ def analyze_nvidia(
             if meta.arch is not None and nv_occupancy.arch_number(meta.arch) != cubin.arch:
                 add_problem(out, cubin_file, "target", f"the JSON names {meta.arch}, the cubin {cubin.arch_name}")
             try:
-                warps, limiter = kernel_occupancy(cubin, kernel, meta)
-                row.update(occupancy=warps, occupancy_limiter=limiter)
+                warps, limiter, to_cliff, to_gain = kernel_occupancy(cubin, kernel, meta)
+                row.update(
+                    occupancy=warps,
+                    occupancy_limiter=limiter,
+                    registers_to_cliff=to_cliff,
+                    registers_to_gain=to_gain,
+                )
             except KdbError as exc:
                 add_problem(out, cubin_file, "occupancy", str(exc))
         except ParseError as exc:
@@ -126,9 +131,10 @@ def _attribute(kernel: CubinKernel, name: str) -> int | None:
     return next((a.value for a in kernel.attributes if a.name == name), None)
 
 
-def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tuple[int, str]:
-    """(warps per SM, limiter) from NVIDIA's calculator (kdb.analysis.nvidia.occupancy); raises UsageError with
-    the reason when the figure cannot be known.
+def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tuple[int, str, int, int | None]:
+    """(warps per SM, limiter, registers_to_cliff, registers_to_gain) from NVIDIA's calculator
+    (kdb.analysis.nvidia.occupancy: `occupancy`, `register_cliffs`); raises UsageError with the reason when the
+    figure cannot be known.
 
     The calculator takes two inputs a cubin states but ``cudaFuncAttributes`` does not carry: block barriers
     (``EIATTR_NUM_BARRIERS``, or sh_flags bits 26:20 of ``.text.<kernel>``) and virtual resources
@@ -136,7 +142,10 @@ def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tup
     13.4 writes ``EIATTR_VRC_CTA_INIT_COUNT`` = 128 into every tcgen05 kernel). Whether the driver charges
     these attributes could not be measured (no Blackwell GPU), so the occupancy is computed both ways, with
     the calculator's defaults for a ``cudaFuncAttributes`` (one barrier, no virtual resource) and with the
-    cubin's declarations, and is recorded only when both agree.
+    cubin's declarations, and is recorded only when both agree. The register distances are computed both
+    ways too: where the occupancy agrees, more registers lose a block at the same count either way (barriers
+    and virtual resources do not depend on registers); fewer registers may gain a block one way only (the
+    other resource binding as well), and registers_to_gain is then None.
     """
     num_warps = meta.num_warps
     if num_warps is None:
@@ -158,7 +167,11 @@ def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tup
             f"if the driver charges the cubin's EIATTR_NUM_BARRIERS={barriers} and EIATTR_VRC_CTA_INIT_COUNT={vrc}; "
             "not measured on this architecture"
         )
-    return warps, limiter
+    to_cliff, to_gain = nv_occupancy.register_cliffs(*args)
+    d_cliff, d_gain = nv_occupancy.register_cliffs(*args, barriers=barriers, virtual_resources=vrc)
+    if d_cliff != to_cliff:  # cannot happen where the occupancy agrees (see above); never recorded half-known
+        raise UsageError(f"{cubin.arch_name}: {to_cliff} or {d_cliff} registers to the next occupancy cliff")
+    return warps, limiter, to_cliff, to_gain if d_gain == to_gain else None
 
 
 def apply_sass(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, result: nvtools.SassResult) -> None:

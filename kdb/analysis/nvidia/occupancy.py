@@ -41,6 +41,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from kdb.analysis import cliffs
 from kdb.errors import UsageError
 
 KIB = 1024
@@ -241,3 +242,39 @@ def occupancy(
     blocks = min(per_resource.values())
     limiter = next(name for name in LIMITERS if per_resource[name] == blocks)
     return blocks * num_warps, blocks, limiter
+
+
+def register_cliffs(
+    arch: int | str,
+    num_warps: int,
+    regs_per_thread: int,
+    static_shared: int = 0,
+    dynamic_shared: int = 0,
+    *,
+    barriers: int = 1,
+    virtual_resources: int = 0,
+) -> tuple[int, int | None]:
+    """(registers_to_cliff, registers_to_gain) of the warps per SM `occupancy` gives for the same arguments:
+
+    - registers_to_cliff: how many registers per thread the kernel can gain (up to the Programming Guide's
+      255 per thread, the most ptxas writes) before it loses a block per SM;
+    - registers_to_gain: how many it must shed (down to one) to gain one; None when no register count would
+      (shared memory, warps, blocks, barriers or virtual resources limit it).
+
+    Registers are allocated per warp in the calculator's granularity (``register_alloc_unit``), inside each
+    sub-partition, as `occupancy` computes them. Definitions: kdb/analysis/cliffs.py.
+    """
+    lim = limits_for(arch)
+
+    def warps(regs: int) -> int:
+        return occupancy(
+            arch,
+            num_warps,
+            regs,
+            static_shared,
+            dynamic_shared,
+            barriers=barriers,
+            virtual_resources=virtual_resources,
+        )[0]
+
+    return cliffs.register_cliffs(warps, regs_per_thread, lim.device_max_registers_per_thread)
