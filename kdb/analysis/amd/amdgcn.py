@@ -462,4 +462,3 @@ def _loop_mix(
         if depth:
             mix[(depth, key[0], group_of[key])] += 1
     return dict(mix)
-

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from kdb.analysis.amd import occupancy
 from kdb.analysis.amd.amdgcn import AsmKernel, AsmListing, classify, parse_amdgcn
-from kdb.analysis.amd.disasm import disassemble_mnemonics
+from kdb.analysis.amd.disasm import disassemble
 from kdb.analysis.amd.hsaco import CodeObject, KernelObject, parse_hsaco
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, processor_name, processor_table
 from kdb.analysis.model import (
@@ -82,7 +83,7 @@ def analyze_amd(
         if arch is None:
             add_problem(out, hsaco, "disasm", "no llvm-objdump mix: the processor is unknown")
             return
-        _objdump_mix(out, row, folder_digest, hsaco.data, arch, kernel)
+        _objdump_mix(out, row, folder_digest, hsaco, arch, kernel)
 
 
 def _listing(asm_file: FolderFile | None) -> tuple[AsmListing | None, str | None]:
@@ -217,18 +218,21 @@ def _asm_facts(
 
 
 def _objdump_mix(
-    out: FolderAnalysis, row: dict[str, Any], folder_digest: str, data: bytes, arch: str, kernel: KernelObject
+    out: FolderAnalysis,
+    row: dict[str, Any],
+    folder_digest: str,
+    hsaco: FolderFile,
+    arch: str,
+    kernel: KernelObject,
 ) -> None:
-    counts = disassemble_mnemonics(data, arch, kernel.name)
-    if counts is None:
+    found = disassemble(hsaco.data, arch, kernel.name)
+    if found is None:
         return
+    counts = found.counts
     private = bool(kernel.private_segment_fixed_size)
     groups = {m: classify(m, private) for m in counts}
-    row.update(
-        instr_source="llvm-objdump",
-        instr_count=sum(counts.values()),
-        scratch_instr_count=sum(n for m, n in counts.items() if groups[m] == "scratch"),
-    )
+    scratch = sum(n for m, n in counts.items() if groups[m] == "scratch")
+    row.update(instr_source="llvm-objdump", instr_count=sum(counts.values()), scratch_instr_count=scratch)
     for mnemonic, count in sorted(counts.items()):
         out.add(
             "instr_mix_counts",
@@ -238,6 +242,15 @@ def _objdump_mix(
             grp=groups[mnemonic],
             count=count,
         )
+    nest = found.loops()
+    if nest is None:
+        add_problem(out, hsaco, "loops", "loop depths unknown: llvm-objdump could not decode every word")
+        return
+    loop_mix: Counter[tuple[int, str, str]] = Counter()
+    for depth, mnemonic in zip(nest.depths, found.mnemonics, strict=True):
+        if depth:
+            loop_mix[(depth, mnemonic, groups[mnemonic])] += 1
+    record_loops(out, row, hsaco, folder_digest, "llvm-objdump", nest, dict(loop_mix), scratch, "scratch")
 
 
 def _descriptor(kernel: Any) -> dict[str, Any]:
