@@ -512,3 +512,33 @@ def test_headroom_rule_fails_closed_where_the_occupancy_is_unknown(capsys, cache
     for k in doc["kernels"]:
         if k["b_cache_key"] in unknown:
             assert None in (k["metrics"]["occupancy"]["a"], k["metrics"]["occupancy"]["b"]), k["name"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", [AMD_PAIR, NVIDIA_PAIR])
+def test_diff_warns_when_an_upgrade_brings_a_kernel_near_a_cliff(capsys, cached_home, pair) -> None:
+    """Every paired kernel whose registers_to_cliff fell below NEAR_CLIFF (checked against LLVM and the calculator
+    above) carries the warning in its reason and the JSON; no other kernel does; the table says how many."""
+    from kdb.diff.verdict import NEAR_CLIFF
+
+    home = _pair_home(cached_home, pair)
+    doc = kdb(capsys, home, "diff", *pair, "--format", "json").json()
+    near = {
+        k["b_cache_key"]
+        for k in doc["kernels"]
+        if k["a_cache_key"]
+        and k["b_cache_key"]
+        and None not in (a := k["loops"]["a"]["registers_to_cliff"], b := k["loops"]["b"]["registers_to_cliff"])
+        and b < NEAR_CLIFF <= a
+    }
+    assert near, pair  # each upgrade brings some kernel there
+    unit = "VGPR" if pair == AMD_PAIR else "register"
+    for k in doc["kernels"]:
+        if k["b_cache_key"] in near:
+            b = k["loops"]["b"]["registers_to_cliff"]
+            assert len(k["warnings"]) == 1 and k["warnings"][0] in k["reason"], k["reason"]
+            assert f"{b} {unit}" in k["warnings"][0] if b else "no " + unit in k["warnings"][0]
+        else:
+            assert k["warnings"] == [], (k["name"], k["warnings"])
+    table = kdb(capsys, home, "diff", *pair, "--no-pager").out
+    assert f"warning: {len(near)} kernel{'s' * (len(near) != 1)} now within {NEAR_CLIFF} registers" in table

@@ -31,7 +31,7 @@ from kdb.diff.model import (
 )
 from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures, winner_rule_unknown
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
-from kdb.diff.verdict import launchable
+from kdb.diff.verdict import cliff_warning, launchable
 from kdb.diff.winners import compare_winners
 from kdb.errors import UsageError
 from kdb.triton.normalize import metadata_view
@@ -146,6 +146,9 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
     unknown = unknown_figures(facts_a, facts_b)
     if unknown:  # said first: a verdict over figures kdb could not compute is no verdict on them
         reason = "; ".join(unknown) + (f"; {reason}" if reason else "")
+    warning = cliff_warning(a, b)
+    if warning:  # said last: not part of the verdict, but where a reader of the reason looks
+        reason = f"{reason}; {warning}" if reason else warning
     return KernelDiff(
         status,
         p.name,
@@ -156,6 +159,7 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
         first_changed_stage=stage,
         severity=severity,
         reason=reason,
+        warnings=(warning,) if warning else (),
     )
 
 

@@ -7,7 +7,7 @@ Pure functions."""
 from __future__ import annotations
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
-from kdb.diff.terminal import HEADERS, TableOptions, row, rows_shown, rules_line, summary_line
+from kdb.diff.terminal import HEADERS, TableOptions, cliff_line, row, rows_shown, rules_line, summary_line
 from kdb.diff.views import view_markdown
 from kdb.diff.winners import config_text, listed, resources_text, timing_text, winners_summary
 from kdb.render.tables import elide_end, elide_middle
@@ -49,6 +49,14 @@ class _Budget:
 
     def text(self) -> str:
         return "".join(self.parts)
+
+
+def _notes(r: DiffResult, b: _Budget) -> None:
+    """Rules that met unknown figures, and kernels the upgrade brought near an occupancy cliff."""
+    if r.unknown_rules:
+        b.add(f"**unknown:** {_esc(rules_line(r))}\n\n")
+    if (cliffs := cliff_line(r)) is not None:
+        b.add(f"> **{_esc(cliffs)}**\n\n")
 
 
 def _fired(r: DiffResult, budget: _Budget) -> None:
@@ -128,8 +136,7 @@ def render_markdown(
         b.add(f"> **assumed:** {_esc(line)}\n>\n")
     if r.assumptions:
         b.add("\n")
-    if r.unknown_rules:
-        b.add(f"**unknown:** {_esc(rules_line(r))}\n\n")
+    _notes(r, b)
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
     if not changed:

@@ -232,6 +232,8 @@ class KernelDiff:
     fired_rules: tuple[str, ...] = ()
     # --fail-on rules this kernel could not be judged by: a figure they read is unknown on a side
     unknown_rules: tuple[str, ...] = ()
+    # what the verdict does not say but a user should know (issue 28: the upgrade brought it near a cliff)
+    warnings: tuple[str, ...] = ()
 
     # The metric and limiter tables follow from the two sides' facts, so they are derived when a renderer
     # asks, not built for every pair: most of a 10k-kernel diff's pairs are never shown.

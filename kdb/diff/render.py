@@ -51,6 +51,7 @@ def kernel_document(k: KernelDiff, key: str | None = None) -> dict[str, Any]:
         "first_changed_stage": k.first_changed_stage,
         "fired_rules": k.fired_rules,
         "unknown_rules": k.unknown_rules,
+        "warnings": k.warnings,
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
+from kdb.diff.verdict import NEAR_CLIFF
 from kdb.diff.winners import listed, winner_lines, winners_summary
 from kdb.render.tables import elide_end, elide_middle, fitted_table, paint, shared_prefix
 
@@ -97,6 +98,25 @@ def display_names(names: Sequence[str]) -> tuple[list[str], str]:
 def assumption_text(r: DiffResult, color: bool = False) -> str:
     """One line per thing kdb assumed (an unknown release or target, figures it could not compute)."""
     return "".join(paint(f"assumed: {line}", "yellow", color) + "\n" for line in r.assumptions)
+
+
+def cliff_line(r: DiffResult) -> str | None:
+    """`warning: 3 kernels now within 8 registers of an occupancy cliff (they were not in A): KEY name, …`."""
+    near = [k for k in r.kernels if k.warnings]
+    if not near:
+        return None
+    names = ", ".join(f"{r.key_of(k)} {k.name}" for k in near[:3]) + (", …" if len(near) > 3 else "")
+    return (
+        f"warning: {len(near)} kernel{'s' * (len(near) != 1)} now within {NEAR_CLIFF} registers of an occupancy "
+        f"cliff (not in A): {names}"
+    )
+
+
+def _cliff_text(r: DiffResult, opts: TableOptions) -> str:
+    line = cliff_line(r)
+    if line is None:
+        return ""
+    return paint(textwrap.fill(line, max(opts.width, 40), subsequent_indent="  "), "yellow", opts.color) + "\n"
 
 
 def rules_line(r: DiffResult) -> str:
@@ -239,7 +259,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
     out += textwrap.fill(summary_line(r), max(opts.width, 40), subsequent_indent="  ") + "\n"
-    out += assumption_text(r, opts.color)
+    out += assumption_text(r, opts.color) + _cliff_text(r, opts)
     if r.fired:
         out += "\n" + _fired_section(r, opts)
     shown, cut = rows_shown(r, opts)

@@ -144,6 +144,23 @@ def loop_scratch(a: Mapping[str, Any], b: Mapping[str, Any]) -> LoopScratch | No
     )
 
 
+NEAR_CLIFF = 8  # registers: one allocation step on gfx9 (8 VGPRs) and on NVIDIA (256 per warp = 8 per thread)
+
+
+def cliff_warning(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """`near an occupancy cliff: 1 VGPR from losing a wave (5 in A)` when the upgrade brought the kernel within
+    NEAR_CLIFF registers of losing occupancy (kernels.registers_to_cliff); None otherwise or where unknown."""
+    va, vb = _num(a, "registers_to_cliff"), _num(b, "registers_to_cliff")
+    if va is None or vb is None or not (vb < NEAR_CLIFF <= va):
+        return None
+    cuda = (b.get("backend") or a.get("backend")) == "cuda"
+    unit, lost = ("register", "block") if cuda else ("VGPR", "wave")
+    n = int(vb)
+    if n == 0:  # one more register loses occupancy, or (at the register file's maximum) spills
+        return f"at an occupancy cliff: no {unit} to spare before it loses a {lost} or spills ({_fmt(va)} in A)"
+    return f"near an occupancy cliff: {n} {unit}{'s' * (n != 1)} from losing a {lost} ({_fmt(va)} in A)"
+
+
 def occupancy_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[_Change, str | None] | None:
     """The occupancy change that counts (launch figure where both sides have one, else LLVM's) and B's limiter."""
     for column, limiter in (("occupancy", "occupancy_limiter"), ("occupancy_llvm", "occupancy_llvm_limiter")):
