@@ -36,11 +36,26 @@ ALLOWED_IMPORTS = {
     "analysis": {"errors", "triton"},
     "store": {"errors"},
     "ingest": {"kdb", "errors", "store", "analysis", "triton"},
+    # profile files of a run: parsed (pure), linked to a snapshot's kernel folders, stored and recorded
+    "profile": {"errors", "store"},
     "diff": {"errors", "store", "triton", "render"},
     "report": {"errors", "diff", "render"},
     # the Python API: what the CLI does, as values (the CLI may call it; it never calls the CLI)
     "api": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render", "report"},
-    "cli": {"kdb", "errors", "store", "analysis", "ingest", "diff", "render", "report", "terminal", "progress", "api"},
+    "cli": {
+        "kdb",
+        "errors",
+        "store",
+        "analysis",
+        "ingest",
+        "profile",
+        "diff",
+        "render",
+        "report",
+        "terminal",
+        "progress",
+        "api",
+    },
     "__main__": {"cli"},
 }
 

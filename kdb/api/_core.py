@@ -49,7 +49,7 @@ def exit_code(result: DiffResult) -> ExitCode:
 
 def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, Any]]:
     """`kdb show TAG --kernel PATTERN`'s kernels: each row of the `kernels` view with its analysis, mix, hot
-    lines and problems. UsageError when nothing matches or a cache-key prefix names several kernels."""
+    lines, problems and measured times. UsageError when nothing matches or a cache-key prefix names several kernels."""
     rows = catalog.kernel_rows(tag, pattern)
     if not rows:
         raise UsageError(f"no kernel matching {pattern!r} in snapshot {tag!r}")
@@ -57,7 +57,10 @@ def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, A
     if len(by_prefix) > 1 and not any(c in pattern for c in GLOB) and all(r["name"] != pattern for r in rows):
         keys = ", ".join(sorted(k[: len(pattern) + 4] for k in by_prefix)[:5])
         raise UsageError(f"cache-key prefix {pattern!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)")
-    return [{**row, **catalog.kernel_detail(tag, row["cache_key"])} for row in rows]
+    return [
+        {**row, **catalog.kernel_detail(tag, row["cache_key"]), "times": catalog.profile_times(tag, row["cache_key"])}
+        for row in rows
+    ]
 
 
 def snapshot_page(catalog: Catalog, tag: str, label: str) -> str:

@@ -57,7 +57,8 @@ class Snapshot:
 @dataclass(frozen=True)
 class Kernel:
     """One kernel of a snapshot: its row of the `kernels` view (`facts`), kernel_analysis's full row
-    (`analysis`), its instruction mix, hot source lines and problems."""
+    (`analysis`), its instruction mix, hot source lines, problems and measured times (one row per imported
+    profile file that ran it: `kdb profile import`)."""
 
     tag: str
     facts: Mapping[str, Any]
@@ -65,10 +66,11 @@ class Kernel:
     mix: tuple[Mapping[str, Any], ...] = ()
     lines: tuple[Mapping[str, Any], ...] = ()
     problems: tuple[Mapping[str, Any], ...] = ()
+    times: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_detail(cls, tag: str, detail: Mapping[str, Any]) -> Kernel:
-        parts = ("analysis", "mix", "lines", "problems")
+        parts = ("analysis", "mix", "lines", "problems", "times")
         return cls(
             tag,
             {k: v for k, v in detail.items() if k not in parts},
@@ -76,6 +78,7 @@ class Kernel:
             tuple(detail.get("mix", ())),
             tuple(detail.get("lines", ())),
             tuple(detail.get("problems", ())),
+            tuple(detail.get("times", ())),
         )
 
     @property
@@ -100,6 +103,7 @@ class Kernel:
             "mix": [dict(m) for m in self.mix],
             "lines": [dict(x) for x in self.lines],
             "problems": [dict(p) for p in self.problems],
+            "times": [dict(t) for t in self.times],
         }
 
     def _repr_html_(self) -> str:

@@ -380,3 +380,4 @@ def main() -> None:
 
 from kdb.cli import compare as _compare  # noqa: E402, F401  (registers diff and report on `app`)
 from kdb.cli import fleet as _fleet  # noqa: E402, F401  (registers push and pull on `app`)
+from kdb.cli import profile as _profile  # noqa: E402, F401  (registers `profile import` on `app`)

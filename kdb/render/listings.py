@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdb.render.profiles import render_kernel_times
 from kdb.render.tables import (
     _cell,
     human_bytes,
@@ -216,5 +217,6 @@ def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
             )
         if d["problems"]:
             out += "\nproblems:\n" + "".join(f"  {p['path']}: {p['stage']}: {p['reason']}\n" for p in d["problems"])
+        out += render_kernel_times(d.get("times", []))
         parts.append(out)
     return "\n".join(parts)

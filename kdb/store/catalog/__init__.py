@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from kdb.store.catalog.connection import CatalogConnection, Table, schema_files
 from kdb.store.catalog.diff_queries import DiffQueries
+from kdb.store.catalog.profiles import ProfileCatalog
 from kdb.store.catalog.queries import CatalogQueries
 from kdb.store.catalog.transfer import SnapshotTransfer
 from kdb.store.catalog.writer import CatalogUpkeep, SnapshotWriter
 
 
-class Catalog(SnapshotWriter, SnapshotTransfer, CatalogUpkeep, CatalogQueries, DiffQueries):
+class Catalog(SnapshotWriter, SnapshotTransfer, CatalogUpkeep, CatalogQueries, DiffQueries, ProfileCatalog):
     """The catalog, opened with `Catalog.open(path, read_only=…)`: writer and readers over one connection."""
 
 

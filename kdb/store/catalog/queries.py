@@ -121,13 +121,20 @@ class CatalogQueries(CatalogConnection):
         )
 
     def referenced_blobs(self) -> list[dict[str, Any]]:
-        """Every blob the catalog refers to, with the size files say it has and how many files use it."""
+        """Every blob the catalog refers to (snapshot files and imported profile files), with the size its rows say
+        it has and how many rows use it."""
         return self._dicts(
             """
-            SELECT f.hash, any_value(f.size) AS size, count(DISTINCT f.size) AS sizes, count(*) AS refs,
-                   any_value(s.tag || ':' || f.path) AS example, (b.hash IS NULL) AS unrecorded
-            FROM files f JOIN snapshots s USING (snapshot_id) LEFT JOIN blobs b ON b.hash = f.hash
-            GROUP BY f.hash, b.hash ORDER BY f.hash
+            WITH refs AS (
+                SELECT f.hash, f.size, s.tag || ':' || f.path AS example FROM files f JOIN snapshots s USING (snapshot_id)
+                UNION ALL  -- imported profile files (schema/011_profiles.sql)
+                SELECT p.profile_hash, p.size, s.tag || ': profile ' || p.name
+                FROM profile_files p JOIN snapshots s USING (snapshot_id)
+            )
+            SELECT r.hash, any_value(r.size) AS size, count(DISTINCT r.size) AS sizes, count(*) AS refs,
+                   any_value(r.example) AS example, (b.hash IS NULL) AS unrecorded
+            FROM refs r LEFT JOIN blobs b ON b.hash = r.hash
+            GROUP BY r.hash, b.hash ORDER BY r.hash
             """
         )
 

@@ -16,6 +16,10 @@ from kdb.store.catalog.writer import ROW_SETS
 # Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations,
 # the shared catalog's commit counter and the ingested directories' metadata index (of one host).
 NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits", "file_stats")
+# The blobs a snapshot references ($1: its id): its files' and its imported profile files' (schema/011).
+SNAPSHOT_HASHES = (
+    "SELECT hash FROM files WHERE snapshot_id = $1 UNION SELECT profile_hash FROM profile_files WHERE snapshot_id = $1"
+)
 
 
 class SnapshotTransfer(CatalogConnection):
@@ -36,8 +40,7 @@ class SnapshotTransfer(CatalogConnection):
         return [
             (h, s)
             for h, s in self.con.execute(
-                "SELECT b.hash, b.size FROM blobs b WHERE b.hash IN (SELECT hash FROM files WHERE snapshot_id = ?) "
-                "ORDER BY b.hash",
+                f"SELECT b.hash, b.size FROM blobs b WHERE b.hash IN ({SNAPSHOT_HASHES}) ORDER BY b.hash",
                 [sid],
             ).fetchall()
         ]
@@ -95,6 +98,6 @@ class SnapshotTransfer(CatalogConnection):
                 [folder_set],
             )
         if table == "blobs":
-            return "SELECT * FROM blobs WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = ?)", [sid]
+            return f"SELECT * FROM blobs WHERE hash IN ({SNAPSHOT_HASHES})", [sid]
         # a table added by a later migration must say how a snapshot's rows are found
         raise KdbError(f"catalog table {table} has no rule for moving a snapshot")

@@ -295,7 +295,10 @@ class SnapshotWriter(SnapshotSets):
             self.con.execute(
                 f"DELETE FROM {table} WHERE folder_digest NOT IN (SELECT DISTINCT folder_digest FROM snapshot_folders)"
             )
-        unused = "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files)"
+        unused = (
+            "hash NOT IN (SELECT hash FROM folder_files UNION SELECT hash FROM top_files "
+            "UNION SELECT profile_hash FROM profile_files)"
+        )
         n = self._one(f"SELECT count(*) FROM blobs WHERE {unused}")[0]
         self.con.execute(f"DELETE FROM blobs WHERE {unused}")
         return n
