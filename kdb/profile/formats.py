@@ -112,7 +112,8 @@ def _json(data: bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
-        if exc.pos >= len(text.rstrip()):
+        # the scanner met the end of the text inside a value or a string: the file was cut
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
             raise ParseError(f"truncated JSON: the text ends at {where} inside a value") from None
         raise ParseError(f"malformed JSON at {where}: {exc.msg}") from None
     except RecursionError:

@@ -61,7 +61,7 @@ def import_profiles(home: Home, tag: str, paths: list[Path], lock_wait_s: float)
             catalog.require_snapshot(tag)
             names = sorted({launch.name for _, _, profile in parsed for launch in profile.launches})
             rows = catalog.profile_folders(tag, names)
-            before = {f["profile_hash"] for f in catalog.profile_files_of(tag)}
+            before = {f["profile_hash"]: f["imported_at"] for f in catalog.profile_files_of(tag)}
         folders = _folders(home, rows)
         now = datetime.now(UTC).replace(tzinfo=None)
         files, times, unlinked, summaries = [], [], [], []
@@ -81,7 +81,7 @@ def import_profiles(home: Home, tag: str, paths: list[Path], lock_wait_s: float)
                     "size": len(data),
                     "launches": profile.launch_count,
                     "total_ns": profile.total_ns,
-                    "imported_at": now,
+                    "imported_at": before.get(digest, now),  # a re-import keeps the first import's time
                 }
             )
         home.store.ensure()
