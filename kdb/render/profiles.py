@@ -47,7 +47,7 @@ def render_profile_import(summary: dict[str, Any], fmt: str) -> str:
         )
         if f["by_rule"]:
             rules = ", ".join(f"{rule} {n}" for rule, n in sorted(f["by_rule"].items()))
-            out.append(f"  linked by: {rules}\n")
+            out.append(f"  launches linked with each rule (a launch may need several): {rules}\n")
         for reason, (n, ns) in sorted(f["unlinked"].items()):
             out.append(f"  not linked: {reason}: {n} launches, {human_ns(ns)}\n")
     return "".join(out)
