@@ -11,7 +11,9 @@ from kdb.analysis.model import (
     FolderFile,
     SassRequest,
     add_problem,
+    clear_loops,
     first_file,
+    record_loops,
     text_of,
 )
 from kdb.analysis.nvidia import occupancy as nv_occupancy
@@ -103,6 +105,8 @@ def analyze_nvidia(
                     count=count,
                 )
             row.update(instr_source="ptx", instr_count=fn.total)
+            # local memory (ld.local/st.local) is what PTX spills to: the "scratch" of the loop columns
+            record_loops(out, row, ptx_file, folder_digest, "ptx", fn.loops, fn.loop_mix, fn.groups["local"], "local")
         except ParseError as exc:
             add_problem(out, ptx_file, "ptx", str(exc))
     if cubin_file is not None and kernel is not None:
@@ -191,3 +195,9 @@ def apply_sass(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, res
             grp=nvtools.sass_group(op),
             count=count,
         )
+    # The loop facts follow the instr_source: the PTX ones give way to the SASS ones (LDL/STL are its "scratch").
+    clear_loops(out, row, "ptx")
+    if result.loops is not None:
+        local = sum(n for op, n in result.counts.items() if nvtools.sass_group(op) == "local")
+        cubin_file = FolderFile(out.sass.path, "cubin", b"") if out.sass is not None else None
+        record_loops(out, row, cubin_file, folder_digest, "sass", result.loops, result.loop_mix, local, "local")

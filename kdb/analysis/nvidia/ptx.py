@@ -1,4 +1,6 @@
-"""PTX listing parser: module header, and per function the instruction mix and its source lines.
+"""PTX listing parser: module header, and per function the instruction mix, its source lines and its loops
+(the natural loops of its own branches, kdb.analysis.loops: labels are scoped by `{ }`, as inline asm
+blocks each declare their own).
 
 Pure: text in, frozen dataclasses out. Malformed input raises ``kdb.errors.ParseError``.
 
@@ -29,8 +31,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
 # `.version 8.7`
@@ -72,6 +75,8 @@ _GROUP_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("transcendental", ("ex2.", "lg2.", "sqrt.", "rsqrt.", "rcp.", "sin.", "cos.", "tanh.")),
 )
 _BRANCH_BASES = frozenset({"bra", "brx", "call", "ret", "exit", "trap"})
+# What changes control flow (`call` returns to the next instruction: it does not).
+_FLOW_BASES = ("bra", "brx", "ret", "exit", "trap")
 
 
 def opcode_group(opcode: str) -> str:
@@ -98,6 +103,8 @@ class PtxFunction:
     reqntid: tuple[int, ...] | None
     maxntid: tuple[int, ...] | None
     maxnreg: int | None
+    loops: LoopNest  # natural loops of the function's own branches; depths[i] is the i-th instruction's loop depth
+    loop_mix: dict[tuple[int, str, str], int]  # (loop depth >= 1, full opcode, group) -> count
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,19 @@ class _Acc:
     opcodes: Counter[str]
     lines: Counter[tuple[int, int, str]]  # (file number, line, full opcode)
     regs: Counter[str]
+    ops: list[str] = field(default_factory=list)  # full opcode of every instruction, in order
+    labels: dict[str, int] = field(default_factory=dict)  # scoped label (see _label_key) -> instruction index
+    # (instruction index, flow, target as written, the scopes it sits in) of every instruction that changes
+    # control flow (the others fall through); bra targets are resolved in _finish, once every label is known
+    flows: list[tuple[int, Flow, str, tuple[int, ...]]] = field(default_factory=list)
+    scopes: tuple[int, ...] = ()  # the `{ }` scopes open at this point, outermost (the body) first
+    next_scope: int = 0
+
+
+def _label_key(name: str, scope: int) -> str:
+    """A label as kdb keys it: PTX labels are local to their `{ }` scope (inline asm blocks each declare their
+    own `waitLoop:`), so a label of a nested scope carries the scope's number (`@` is no identifier character)."""
+    return name if scope == 0 else f"{name}@{scope}"
 
 
 def _strip_line_comment(line: str) -> str:
@@ -213,13 +233,21 @@ def parse_ptx(text: str | bytes) -> PtxListing:  # noqa: C901 (one statement-by-
 
 def _statement(acc: _Acc, stmt: str, loc: tuple[int, int], lineno: int) -> tuple[int, int]:
     """Count one `;`-separated statement; returns the .loc in force after it."""
-    stmt = stmt.strip().lstrip("{}").strip()
+    stmt = stmt.strip()
+    while stmt and stmt[0] in "{}":  # scopes open and close at the start of a statement
+        if stmt[0] == "{":
+            acc.scopes += (acc.next_scope,)
+            acc.next_scope += 1
+        else:
+            acc.scopes = acc.scopes[:-1]
+        stmt = stmt[1:].lstrip()
     while True:
         m = LABEL_RE.match(stmt)
         if not m:
             break
+        acc.labels[_label_key(stmt[: m.end()].rstrip()[:-1], acc.scopes[-1] if acc.scopes else 0)] = len(acc.ops)
         stmt = stmt[m.end() :]
-    if not stmt or stmt.startswith("}"):
+    if not stmt:
         return loc
     if stmt.startswith("."):
         lm = LOC_RE.match(stmt)
@@ -238,6 +266,16 @@ def _statement(acc: _Acc, stmt: str, loc: tuple[int, int], lineno: int) -> tuple
     op = om.group(1)
     acc.opcodes[op] += 1
     acc.lines[(loc[0], loc[1], op)] += 1  # grouped in _finish, once per distinct opcode
+    if op.startswith(_FLOW_BASES):
+        base = op.split(".", 1)[0]
+        if base == "bra":
+            acc.flows.append((len(acc.ops), Flow.BRANCH if pm else Flow.JUMP, stmt[om.end() :].strip(), acc.scopes))
+        elif base == "brx":
+            acc.flows.append((len(acc.ops), Flow.INDIRECT, "", acc.scopes))
+        elif base in _FLOW_BASES and not pm:
+            # ret / exit / trap end the thread; guarded by a predicate, they may fall through (no step then)
+            acc.flows.append((len(acc.ops), Flow.EXIT, "", acc.scopes))
+    acc.ops.append(op)
     return loc
 
 
@@ -260,6 +298,11 @@ def _finish(acc: _Acc, files: dict[int, str]) -> PtxFunction:
         lines[(path, line, group)] += n
     perf = acc.perf
     maxnreg = perf.get("maxnreg")
+    nest = loop_nest(_resolved_steps(acc), acc.labels)
+    loop_mix: Counter[tuple[int, str, str]] = Counter()
+    for depth, op in zip(nest.depths, acc.ops, strict=True):
+        if depth:
+            loop_mix[(depth, op, group_of[op])] += 1
     return PtxFunction(
         name=acc.name,
         is_entry=acc.is_entry,
@@ -272,4 +315,26 @@ def _finish(acc: _Acc, files: dict[int, str]) -> PtxFunction:
         reqntid=perf.get("reqntid"),
         maxntid=perf.get("maxntid"),
         maxnreg=maxnreg[0] if maxnreg else None,
+        loops=nest,
+        loop_mix=dict(loop_mix),
     )
+
+
+def _resolved_steps(acc: _Acc) -> list[Step]:
+    """Every instruction's step, each branch pointed at the label its scope sees (the innermost scope that
+    declares the name; a name no enclosing scope declares stays as written: an unresolved branch)."""
+    n = len(acc.ops)
+    steps = [NEXT] * n
+    for index, flow, name, scopes in acc.flows:
+        target = None
+        if flow is Flow.BRANCH or flow is Flow.JUMP:
+            target = name
+            for scope in reversed(scopes):
+                if _label_key(name, scope) in acc.labels:
+                    target = _label_key(name, scope)
+                    break
+        steps[index] = Step(flow, target)
+        if flow is not Flow.BRANCH and index + 1 < n:
+            # what follows a jump or an exit is entered by a branch or not at all: a block of its own
+            acc.labels.setdefault(f"@{index + 1}", index + 1)
+    return steps

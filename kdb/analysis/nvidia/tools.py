@@ -19,6 +19,8 @@ SASS is counted from each kernel's raw ``.text`` section: ``nvdisasm -b SMxy`` r
 instruction stream, so the code of many kernels is concatenated and disassembled by one process
 (nvdisasm takes one file per call, and its cost is its start-up, ~0.25 s, not the instructions;
 ``cuobjdump -sass`` on a fatbin of many cubins was measured at ~0.4 s per cubin, no better).
+The same listing gives each kernel's loop nest (``sass_loops``): in raw mode a branch names the address
+it goes to in the concatenated stream, which kdb places relative to the kernel's own start.
 
 This module runs subprocesses; the parsers (``kdb.analysis.nvidia.cubin``, ``ptx``) never do.
 """
@@ -33,9 +35,10 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
 ENV_VAR = "KDB_CUDA_BIN"
@@ -189,17 +192,105 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
 
 @dataclass(frozen=True)
 class SassResult:
-    """One kernel's SASS opcode counts, or why there are none (``reason``; ``error`` when nvdisasm failed)."""
+    """One kernel's SASS opcode counts, or why there are none (``reason``; ``error`` when nvdisasm failed);
+    with the counts, the loop nest of its control flow and the instructions inside loops."""
 
     counts: Counter[str] | None
     reason: str | None = None
     error: bool = False
+    loops: LoopNest | None = None  # depths[i]: loop depth of the kernel's i-th instruction (in address order)
+    loop_mix: dict[tuple[int, str, str], int] = field(default_factory=dict)  # (depth >= 1, opcode, group) -> count
 
 
-# An instruction line of `nvdisasm -b SMxy` (raw mode): its byte offset and opcode.
+# An instruction line of `nvdisasm -b SMxy` (raw mode): its byte offset, guard predicate, opcode and operands.
+#   `        /*0060*/               @P1 BRA 0x200 ;`   (raw mode: a branch names the address it goes to)
+#   `        /*0180*/                   BRA.U !UP0, 0x130 ;`
 RAW_INSTR_RE = re.compile(
-    r"^\s*/\*([0-9a-f]+)\*/\s+\{?\s*(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)", re.MULTILINE
+    r"^\s*/\*([0-9a-f]+)\*/\s+\{?\s*(@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)([^;\n]*)", re.MULTILINE
 )
+# A predicate operand (`BRA.U !UP0, 0x130`): the branch is taken where it holds.
+PRED_OPERAND_RE = re.compile(r"^\s*(!?)U?P([T\d])\s*,")
+# The last address of a branch's operands.
+ADDRESS_RE = re.compile(r"0x([0-9a-f]+)\s*$")
+
+
+def sass_step(guard: str | None, opcode: str, operands: str) -> tuple[Flow, int | None]:
+    """What one SASS instruction of `nvdisasm -b` does to control flow, and the address a branch goes to.
+
+    BRA goes to the address it names: conditionally under a guard (`@P1 BRA`) or a predicate operand
+    (`BRA.U !UP0, 0x130`), unless that predicate is the constant true PT. BRX and JMX jump to a register's
+    address, JMP to an absolute one (which raw code cannot place): indirect. EXIT, RET and KILL end the thread
+    unless guarded (then they may fall through). CALL returns to the next instruction; BPT.TRAP is followed by
+    the code nvdisasm's own control-flow graph continues with (`-bbcfg` keeps it in the trap's block), and
+    the convergence barrier instructions (BSSY, BSYNC, BREAK, WARPSYNC) fall through.
+    """
+    if guard is not None:
+        guard = guard.strip()
+        if guard.endswith("PT"):
+            if guard.startswith("@!"):
+                return Flow.NEXT, None  # never executes
+            guard = None
+    base = opcode.split(".", 1)[0]
+    if base == "BRA":
+        conditional = guard is not None
+        pred = PRED_OPERAND_RE.match(operands)
+        if pred is not None:
+            if pred.group(2) != "T":
+                conditional = True
+            elif pred.group(1):
+                return Flow.NEXT, None  # !PT: never taken
+        found = ADDRESS_RE.search(operands)
+        flow = Flow.BRANCH if conditional else Flow.JUMP
+        if found is None:
+            return Flow.INDIRECT, None
+        return flow, int(found.group(1), 16)
+    if base in ("BRX", "JMX", "JMP"):
+        return Flow.INDIRECT, None
+    if base in ("EXIT", "RET", "KILL"):
+        return (Flow.NEXT if guard is not None else Flow.EXIT), None
+    return Flow.NEXT, None
+
+
+# Opcodes that may change control flow (the rest fall through).
+FLOW_OPCODES = ("BRA", "BRX", "JMX", "JMP", "EXIT", "RET", "KILL")
+
+
+def sass_loops(instructions: list[tuple[int, str | None, str, str]], start: int, size: int) -> SassResult:
+    """Counts, loop nest and loop mix of one kernel from its instructions, in address order: (address in the
+    disassembled stream, guard, opcode, operands). Branch targets are addresses of that stream; the kernel
+    occupies [start, start + size), and a branch out of it is one kdb cannot follow."""
+    opcodes = [opcode for _, _, opcode, _ in instructions]
+    addresses = [at for at, _, _, _ in instructions]
+    steps = [NEXT] * len(instructions)
+    labels: dict[str, int] = {}
+    for i, opcode in enumerate(opcodes):
+        if not opcode.startswith(FLOW_OPCODES):
+            continue
+        _, guard, _, operands = instructions[i]
+        flow, target = sass_step(guard, opcode, operands)
+        if flow is Flow.NEXT:
+            continue
+        if target is None:
+            steps[i] = Step(flow)
+        else:
+            found = bisect.bisect_left(addresses, target)
+            if 0 <= target - start < size and found < len(addresses) and addresses[found] == target:
+                label = f"{target - start:x}"
+                labels[label] = found
+            else:
+                label = f"outside {target:x}"  # no instruction of this kernel starts there: unresolved
+            steps[i] = Step(flow, label)
+        if i + 1 < len(steps):
+            # A block ends after every branch, as in nvdisasm's own control-flow graph (-bbcfg): a loop's
+            # closing `BRA.U !UP0` and the EXIT after it are two blocks, and so are `@P0 BRA` and a `BRA` after
+            # it (SASS has no machine blocks with two terminators, as LLVM's `@%p bra; bra.uni` is in PTX).
+            labels.setdefault(f"@{i + 1}", i + 1)
+    nest = loop_nest(steps, labels)
+    inside = Counter((depth, opcode) for depth, opcode in zip(nest.depths, opcodes, strict=True) if depth)
+    mix = {(depth, opcode, sass_group(opcode)): n for (depth, opcode), n in inside.items()}
+    return SassResult(Counter(opcodes), loops=nest, loop_mix=mix)
+
+
 # nvdisasm's messages for an architecture it does not know (too old a tool for the cubin).
 UNKNOWN_ARCH = ("Cannot decode architecture", "is not defined for option", "not a valid value", "Unsupported")
 
@@ -282,8 +373,13 @@ def _sass_raw(tool: Path, arch: str, codes: list[bytes]) -> list[SassResult] | s
             "nvdisasm could not read the code: "
             + (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[0]
         )
-    counts: list[Counter[str]] = [Counter() for _ in codes]
+    listed: list[list[tuple[int, str | None, str, str]]] = [[] for _ in codes]
     for m in RAW_INSTR_RE.finditer(proc.stdout):
         at = int(m.group(1), 16)
-        counts[bisect.bisect_right(starts, at) - 1][m.group(2)] += 1
-    return [SassResult(c) if c else SassResult(None, "nvdisasm listed no instructions", error=True) for c in counts]
+        listed[bisect.bisect_right(starts, at) - 1].append((at, m.group(2), m.group(3), m.group(4)))
+    return [
+        sass_loops(found, start, len(code))
+        if found
+        else SassResult(None, "nvdisasm listed no instructions", error=True)
+        for found, start, code in zip(listed, starts, codes, strict=True)
+    ]
