@@ -101,14 +101,15 @@ def loop_nest(steps: Sequence[Step], labels: Mapping[str, int]) -> LoopNest:
 
 
 def _leaders(steps: Sequence[Step], labels: Mapping[str, int]) -> list[int]:
-    """First instruction of every basic block. A block ends at a label or after its terminators; consecutive
-    branches (a conditional branch and the unconditional one after it) end one block together, as they
-    are the terminators of one LLVM machine block."""
+    """First instruction of every basic block. A block ends at a label or after its terminator; a conditional
+    branch and the unconditional jump right after it end one block together, as they are the terminator pair of
+    one LLVM machine block (an exit after a conditional branch starts a block of its own)."""
     n = len(steps)
     leaders = {0}
     leaders.update(i for i in labels.values() if 0 <= i < n)
     for i in range(n - 1):
-        if steps[i].flow is not Flow.NEXT and steps[i + 1].flow is Flow.NEXT:
+        flow = steps[i].flow
+        if flow is not Flow.NEXT and not (flow is Flow.BRANCH and steps[i + 1].flow is Flow.JUMP):
             leaders.add(i + 1)
     return sorted(leaders)
 
