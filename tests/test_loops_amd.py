@@ -174,7 +174,7 @@ def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         disassembled = list(pool.map(disassemble, kernels))
-    checked = with_scratch = loop_checked = undecodable = unordered = 0
+    checked = with_scratch = loop_checked = undecodable = 0
     for kernel, (dis, text, size) in zip(kernels, disassembled, strict=True):
         json_file, files = _folder(kernel)
         row = analyze_folder("key", "digest", json_file, files).rows["kernel_analysis"][0]
@@ -190,12 +190,7 @@ def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
             continue
         oracle = llvm_depths(kernel.text("amdgcn") or "")[kernel.name]
         depths = _line_up(oracle, [m for m, _ in dis])
-        if depths is None:
-            # LLVM 22 decodes gfx1250 code after `s_set_vgpr_msb` as further `s_set_vgpr_msb` (the mnemonic
-            # multiset still equals the asm's: test_amd_analysis): on gfx1250 alone the order is no oracle
-            assert kernel.meta["target"]["arch"] == "gfx1250", f"{kernel.folder.name}: disassembly and asm differ"
-            unordered += 1
-            continue
+        assert depths is not None, f"{kernel.folder.name}: disassembly and asm differ"
         assert row["scratch_instr_in_loops"] == sum(1 for f, d in zip(flags, depths, strict=True) if f and d)
         # kdb's own loop finder on the disassembly (the path of a kernel whose folder has no .amdgcn)
         decoded = parse_disassembly(text, kernel.name, size)
@@ -205,7 +200,7 @@ def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
         loop_checked += 1
     assert checked > 0 and undecodable < len(kernels)
     if annotated(snapshot):
-        assert loop_checked + unordered == checked and loop_checked > 0, (loop_checked, unordered, checked)
+        assert loop_checked == checked > 0, (loop_checked, checked)
 
 
 def _line_up(asm: list[tuple[str, int]], disassembled: list[str]) -> list[int] | None:
