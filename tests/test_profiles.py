@@ -471,3 +471,42 @@ def test_link_rules():
     same = [Folder("p", 4, 32, 7, 0, code_hash="h"), Folder("q", 4, 32, 7, 0, code_hash="h")]
     linked = link_launches(launch, same)
     assert (linked.cache_key, linked.rules, linked.detail) == ("p", ("same binary",), "identical code object in q")
+
+
+# -- kdb diff: the time column and --rank time ----------------------------------------------------------------
+
+
+def test_diff_shows_measured_time_and_ranks_by_it(imported):
+    home, _ = imported
+    a, b = "mlp_train", "gpt2_train"
+    times = {
+        (r["tag"], r["cache_key"]): r for r in _sql(home, f"SELECT * FROM kernel_times WHERE tag IN ('{a}', '{b}')")
+    }
+    # two different models: few kernels pair (--min-match 0), each kernel keeps its own side's time
+    r = kdb_subprocess(home, "diff", a, b, "--all", "--rank", "time", "--min-match", "0", "--format", "json")
+    assert r.code == 0, r.err
+    kernels = r.json()["kernels"]
+    for k in kernels:
+        for side, tag in (("a", a), ("b", b)):
+            key = k[f"{side}_cache_key"]
+            want = times.get((tag, key))
+            got = k["time"][side]
+            assert got == (
+                None
+                if want is None
+                else {"launches": want["launches"], "total_ns": want["total_ns"], "share": want["share"]}
+            )
+    measured = [(k["time"]["b"] or k["time"]["a"] or {}).get("total_ns") for k in kernels]
+    first_unmeasured = measured.index(None) if None in measured else len(measured)
+    assert measured[:first_unmeasured] == sorted(measured[:first_unmeasured], reverse=True)
+    assert all(m is None for m in measured[first_unmeasured:])
+    sides = {(tag, k[f"{side}_cache_key"]) for k in kernels for side, tag in (("a", a), ("b", b)) if k["time"][side]}
+    assert sides == set(times)  # every measured folder of either side, on its row
+    table = kdb_subprocess(home, "diff", a, b, "--all", "--rank", "time", "--min-match", "0", "--no-pager")
+    lines = table.out.splitlines()
+    header = next(line for line in lines if line.startswith("status"))
+    assert " time " in header and any(line.startswith("time: the kernel's share") for line in lines)
+    (top,) = [k for k in kernels[:1]]
+    assert top["key"] in lines[lines.index(header) + 1]  # the longest-running kernel heads the table
+    r = kdb_subprocess(home, "diff", a, b, "--rank", "cost")
+    assert r.code == 2 and "unknown --rank 'cost'" in r.err

@@ -91,6 +91,15 @@ def diff_cmd(
             help="let --fail-on pass where a figure it reads is unknown (an unknown GPU, an unreadable code object)",
         ),
     ] = False,
+    rank: Annotated[
+        str,
+        typer.Option(
+            "--rank",
+            metavar="ORDER",
+            help="severity (worst first), or time: the kernels imported profiles measured longest first "
+            "(kdb profile import)",
+        ),
+    ] = "severity",
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
@@ -101,7 +110,7 @@ def diff_cmd(
     """
     from kdb.api._core import exit_code
     from kdb.diff import render as diff_render
-    from kdb.diff.engine import diff_sides, select
+    from kdb.diff.engine import RANKS, diff_sides, ranked, select
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.sides import load_side
     from kdb.diff.terminal import ONLY, TableOptions
@@ -113,6 +122,8 @@ def diff_cmd(
     for name, value in (("--top", top), ("--limit", limit)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, not {value}")
+    if rank not in RANKS:
+        raise UsageError(f"unknown --rank {rank!r}: choose one of {', '.join(RANKS)}")
     rules = parse_rules(fail_on or [])
     check_min_match(min_match)
     with ExitStack() as stack:
@@ -127,6 +138,9 @@ def diff_cmd(
             allow_unknown=allow_unknown,
             raw_isa=raw_isa,
         )
+    if rank == "time" and all(k.measured_ns is None for k in result.kernels):
+        _warn("--rank time: no kernel of either side has measured time (kdb profile import FILE --tag TAG)")
+    result = ranked(result, rank)
     if kernel is not None:
         matched = len(select(result, kernel))
         if matched > limit:

@@ -203,6 +203,19 @@ def _report_order(k: KernelDiff) -> tuple[Any, ...]:
     )
 
 
+RANKS = ("severity", "time")
+
+
+def ranked(result: DiffResult, rank: str) -> DiffResult:
+    """The result with its kernels in `rank` order: `severity` (the report order), or `time`: the kernels the
+    imported profiles measured longest first (B's time, else A's), each time tie and every unmeasured kernel after
+    them in the report order."""
+    if rank == "severity":
+        return result
+    order = sorted(result.kernels, key=lambda k: (k.measured_ns is None, -(k.measured_ns or 0)))
+    return dataclasses.replace(result, kernels=tuple(order))
+
+
 def compare(
     sa: Side,
     sb: Side,

@@ -24,14 +24,24 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-def _md_row(r: DiffResult, k: KernelDiff) -> str:
+_TIME = HEADERS.index("time")
+
+
+def _columns(timed: bool) -> list[int]:
+    """The table's columns: `time` only where an imported profile measured a kernel of the diff."""
+    return [i for i in range(len(HEADERS)) if timed or i != _TIME]
+
+
+def _md_row(r: DiffResult, k: KernelDiff, timed: bool) -> str:
     cells = row(k, r.key_of(k))
     cells[2] = elide_middle(cells[2], NAME_WIDTH, 0.35)
     cells[-1] = elide_end(cells[-1], REASON_WIDTH)
-    return "| " + " | ".join(_esc(c) for c in cells) + " |\n"
+    return "| " + " | ".join(_esc(cells[i]) for i in _columns(timed)) + " |\n"
 
 
-_HEAD = "| " + " | ".join(HEADERS) + " |\n" + "|" + "|".join("---" for _ in HEADERS) + "|\n"
+def _head(timed: bool) -> str:
+    columns = _columns(timed)
+    return "| " + " | ".join(HEADERS[i] for i in columns) + " |\n" + "|" + "|".join("---" for _ in columns) + "|\n"
 
 
 class _Budget:
@@ -139,24 +149,26 @@ def render_markdown(
     _notes(r, b)
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
+    timed = any(k.measured_ns is not None for k in r.kernels)
+    head_line = _head(timed)
     if not changed:
         b.add("No kernel changed.\n")
     else:
         head = f"#### {'Top ' + str(min(top, len(changed))) + ' of ' if len(changed) > top else ''}"
-        b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + _HEAD)
+        b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + head_line)
         shown = 0
         for k in changed[:top]:
-            line = _md_row(r, k)
+            line = _md_row(r, k, timed)
             if not b.fits(line, 3 * _TRAILER):
                 break
             b.add(line)
             shown += 1
         rest = changed[shown:]
-        if rest and b.fits(_HEAD, 3 * _TRAILER):
-            b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + _HEAD)
+        if rest and b.fits(head_line, 3 * _TRAILER):
+            b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + head_line)
             folded = 0
             for k in rest:
-                line = _md_row(r, k)
+                line = _md_row(r, k, timed)
                 if not b.fits(line, 2 * _TRAILER):
                     break
                 b.add(line)

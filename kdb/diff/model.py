@@ -58,7 +58,9 @@ LOOP_FACTS: tuple[str, ...] = (
     "registers_to_cliff",
     "registers_to_gain",
 )
-FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS + LOOP_FACTS
+# Measured time (issue 29; migration 011): the kernel_times view's launches, ns and share of the run's GPU time.
+TIME_FACTS: tuple[str, ...] = ("measured_launches", "measured_ns", "measured_share")
+FACT_COLUMNS: tuple[str, ...] = METRICS + LIMITERS + LOOP_FACTS + TIME_FACTS
 
 
 KEY_LENGTH = 6  # the shortest key kdb prints
@@ -251,6 +253,14 @@ class KernelDiff:
         if self.a is None or self.b is None:
             return {}
         return {m: {"a": self.a.get(m), "b": self.b.get(m)} for m in LIMITERS}
+
+    @property
+    def measured_ns(self) -> int | None:
+        """The time profiles measured for the kernel: B's, else A's (None: no imported profile ran it)."""
+        for side in (self.b, self.a):
+            if side is not None and side.get("measured_ns") is not None:
+                return int(side.get("measured_ns"))
+        return None
 
     @property
     def a_cache_key(self) -> str | None:

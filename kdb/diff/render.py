@@ -46,12 +46,24 @@ def kernel_document(k: KernelDiff, key: str | None = None) -> dict[str, Any]:
         "metrics": k.metrics,
         "limiters": k.limiters,
         "loops": {"a": _loop_facts(k.a), "b": _loop_facts(k.b)},
+        "time": {"a": _time_facts(k.a), "b": _time_facts(k.b)},
         "mix_groups": k.mix_groups,
         "mix_mnemonics": k.mix_mnemonics,
         "first_changed_stage": k.first_changed_stage,
         "fired_rules": k.fired_rules,
         "unknown_rules": k.unknown_rules,
         "warnings": k.warnings,
+    }
+
+
+def _time_facts(facts: KernelFacts | None) -> dict[str, Any] | None:
+    """A side's measured time (kernel_times: launches, ns, share); null when no imported profile ran it."""
+    if facts is None or facts.get("measured_ns") is None:
+        return None
+    return {
+        "launches": facts.get("measured_launches"),
+        "total_ns": facts.get("measured_ns"),
+        "share": facts.get("measured_share"),
     }
 
 

@@ -37,19 +37,25 @@ HEADERS = [
     "sspill",
     "scratch",
     "occupancy",
+    "time",
     "stage",
     "reason",
 ]
 _KEY, _NAME, _STAGE, _REASON = 1, 2, len(HEADERS) - 2, len(HEADERS) - 1
 # Columns left out, in this order, while status, key, NAME_FLOOR of the name and REASON_FLOOR of the reason do
 # not fit: the reason names the deltas that decided the verdict, so the figures go first, least telling first.
+# Measured time (kdb profile import, only drawn where a profile ran a kernel) goes last: it is what --rank time orders by.
 OPTIONAL = [_STAGE, HEADERS.index("AGPRs"), HEADERS.index("sspill"), HEADERS.index("SGPRs")]
 OPTIONAL += [HEADERS.index("scratch"), HEADERS.index("vspill"), HEADERS.index("occupancy"), HEADERS.index("VGPRs")]
+OPTIONAL += [HEADERS.index("time")]
 NAME_FLOOR = 20
 REASON_FLOOR = 24
 LEGEND = (
     "key: the kernel's cache key (kdb show TAG --kernel KEY, kdb diff A B --kernel KEY); vspill/sspill: VGPR/SGPR "
     "spills; scratch in bytes; occupancy: waves per SIMD and its limiter; AGPRs are part of VGPRs on gfx90a+"
+)
+TIME_NOTE = (
+    "time: the kernel's share of the GPU kernel time of the profiles imported under each tag (kdb profile import), A→B"
 )
 NAME_HEAD_SHARE = 0.35  # an elided name keeps more of its tail (Inductor's distinguishing suffix) than its head
 # Inductor's generated kernels: triton_{poi,per,red,tem,...}_fused_<ops>_<n>; shown as `poi:<ops>_<n>`.
@@ -185,6 +191,16 @@ def occupancy_cell(k: KernelDiff) -> str:
     return f"{occ} {lim}".strip()
 
 
+def time_cell(k: KernelDiff) -> str:
+    """Each side's share of its profiles' GPU kernel time: `3.5%`, `1.2%→3.5%`, `-→3.5%`; empty when unmeasured."""
+    sides = [k.a, k.b] if k.status not in UNPAIRED and k.a and k.b else [k.facts]
+    shares = [None if f is None else f.get("measured_share") for f in sides]
+    if all(v is None for v in shares):
+        return ""
+    texts = ["-" if v is None else f"{100 * v:.1f}%" for v in shares]
+    return texts[0] if len(set(texts)) == 1 else "→".join(texts)
+
+
 def _cuda(k: KernelDiff) -> bool:
     facts = k.facts
     return facts is not None and facts.backend == "cuda"
@@ -204,6 +220,7 @@ def row(k: KernelDiff, key: str, name: str | None = None) -> list[str]:
         "" if cuda else _pair(k, "sgpr_spill_count"),
         _pair(k, "local_bytes" if cuda else "scratch_bytes"),
         occupancy_cell(k),
+        time_cell(k),
         k.first_changed_stage or "",
         (k.reason or "") if k.status is not Status.SAME else "",
     ]
@@ -255,6 +272,41 @@ def winners_section(winners: tuple[WinnerDiff, ...], width: int, limit: int = FI
     return out
 
 
+def _table_notes(
+    r: DiffResult,
+    opts: TableOptions,
+    shown: list[KernelDiff],
+    cells: list[list[str]],
+    cut: int,
+    left_out: list[str],
+    name_note: str,
+) -> list[str]:
+    """The lines under the table: rows not shown, columns left out, what names and columns mean."""
+    notes: list[str] = []
+    if cut:
+        notes.append(f"{cut} more rows not shown (--top {opts.top})")
+    same = r.count(Status.SAME)
+    if same and opts.only is None:
+        notes.append(f"{same} same kernels not shown")
+    unpaired = [s for s in UNPAIRED if r.count(s)]
+    if unpaired and not opts.show_all and opts.only in (None, "changed"):
+        counts = ", ".join(f"{r.count(s)} {s.label}" for s in unpaired)
+        notes.append(f"{counts} not shown (--all lists them)")
+    if left_out:
+        notes.append(
+            textwrap.fill(f"left out at {opts.width} columns: {', '.join(left_out)} (wider: COLUMNS=160)", opts.width)
+        )
+    if name_note:
+        notes.append(textwrap.fill(name_note, max(opts.width, 40)))
+    if shown:
+        notes.append(textwrap.fill(LEGEND, max(opts.width, 40)))
+    if any(c[HEADERS.index("time")] for c in cells):
+        notes.append(textwrap.fill(TIME_NOTE, max(opts.width, 40)))
+    if any(_cuda(k) for k in shown):
+        notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
+    return notes
+
+
 def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
@@ -265,6 +317,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     shown, cut = rows_shown(r, opts)
     name_note = ""
     left_out: list[str] = []
+    cells: list[list[str]] = []
     if shown:
         width = max(opts.width, 40)
         names, name_note = display_names([k.name for k in shown])
@@ -289,26 +342,7 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
         )
     elif opts.only:
         out += f"\nno kernel is {opts.only}\n"
-    notes = []
-    if cut:
-        notes.append(f"{cut} more rows not shown (--top {opts.top})")
-    same = r.count(Status.SAME)
-    if same and opts.only is None:
-        notes.append(f"{same} same kernels not shown")
-    unpaired = [s for s in UNPAIRED if r.count(s)]
-    if unpaired and not opts.show_all and opts.only in (None, "changed"):
-        counts = ", ".join(f"{r.count(s)} {s.label}" for s in unpaired)
-        notes.append(f"{counts} not shown (--all lists them)")
-    if left_out:
-        notes.append(
-            textwrap.fill(f"left out at {opts.width} columns: {', '.join(left_out)} (wider: COLUMNS=160)", opts.width)
-        )
-    if name_note:
-        notes.append(textwrap.fill(name_note, max(opts.width, 40)))
-    if shown:
-        notes.append(textwrap.fill(LEGEND, max(opts.width, 40)))
-    if any(_cuda(k) for k in shown):
-        notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
+    notes = _table_notes(r, opts, shown, cells, cut, left_out, name_note)
     if notes:
         out += "\n" + "\n".join(notes) + "\n"
     if r.winners:

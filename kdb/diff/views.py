@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kdb.diff.model import KernelDeepView
+from kdb.diff.model import TIME_FACTS, KernelDeepView
 from kdb.render.tables import elide_end, fitted_table
 
 ISA_LINES = 300  # diff lines shown per kernel (the JSON document has the whole diff)
@@ -54,6 +54,10 @@ def fact_rows(v: KernelDeepView) -> list[list[Any]]:
     for m, x in k.limiters.items():
         if x.get("a") is not None or x.get("b") is not None:
             rows.append([m, x.get("a"), x.get("b"), "", "*" if x.get("a") != x.get("b") else ""])
+    for m in TIME_FACTS if k.metrics else ():  # measured time (kdb profile import), where a profile ran it
+        a, b = (k.a.get(m) if k.a else None), (k.b.get(m) if k.b else None)
+        if a is not None or b is not None:
+            rows.append([m, a, b, "", "*" if a != b else ""])
     return rows
 
 

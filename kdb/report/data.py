@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, key_length, short_key
-from kdb.diff.terminal import display_names, occupancy_cell, occupancy_text, row
+from kdb.diff.terminal import HEADERS, display_names, occupancy_cell, occupancy_text, row
 from kdb.diff.views import deepdiff_lines, fact_rows
 
 VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
@@ -44,6 +44,7 @@ def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
         if k.status is Status.SAME:
             continue
         cells = row(k, r.key_of(k))
+        del cells[HEADERS.index("time")]  # measured time is the terminal's and markdown's (kdb profile import)
         col = _reg_column(k)
         b = k.b or k.a
         sort = [

@@ -456,7 +456,9 @@ def diff_report(
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
     backends = {k.facts.backend for k in r.kernels if k.facts is not None}
-    return _page(title, subtitle, list(figs), vendor_headers(HEADERS, backends), payload, extra)
+    return _page(
+        title, subtitle, list(figs), vendor_headers([h for h in HEADERS if h != "time"], backends), payload, extra
+    )
 
 
 def snapshot_report(

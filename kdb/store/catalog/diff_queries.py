@@ -10,7 +10,8 @@ from kdb.store.catalog.connection import CatalogConnection
 
 class DiffQueries(CatalogConnection):
     def diff_kernels(self, tag: str) -> list[dict[str, Any]]:
-        """Every kernel of a snapshot with its analysis facts, identity and digests. The JSON documents
+        """Every kernel of a snapshot with its analysis facts, identity, digests and measured time (migration 011:
+        NULL where no imported profile ran it). The JSON documents
         come only where the diff needs them to fill a gap (catalogs written before identities, options
         and metadata digests were recorded); `kernel_documents` fetches them for a deep view."""
         sid = self.require_snapshot(tag)
@@ -20,7 +21,8 @@ class DiffQueries(CatalogConnection):
                    CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
                    a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
-                   a.instr_mix_digest, a.instr_groups, p.problems
+                   a.instr_mix_digest, a.instr_groups, p.problems,
+                   t.launches AS measured_launches, t.total_ns AS measured_ns, t.share AS measured_share
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
             LEFT JOIN kernel_analysis a USING (folder_digest)
@@ -30,6 +32,7 @@ class DiffQueries(CatalogConnection):
                 WHERE folder_digest IN (SELECT folder_digest FROM snapshot_folders WHERE snapshot_id = ?)
                 GROUP BY folder_digest
             ) p USING (folder_digest)
+            LEFT JOIN kernel_times t ON t.snapshot_id = k.snapshot_id AND t.cache_key = k.cache_key
             WHERE k.snapshot_id = ?
             """,
             [sid, sid],
