@@ -31,8 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kdb.analysis.loops import LOOP_WEIGHT
-
 LAUNCH_TIER = 4_000_000.0
 LOOP_SPILL_TIER = 3_600_000.0  # scratch grew inside a loop: above every spill growth outside loops
 SPILL_TIER = 3_000_000.0
@@ -134,7 +132,9 @@ def loop_scratch(a: Mapping[str, Any], b: Mapping[str, Any]) -> LoopScratch | No
         for d in depths
         if d > 0 and da.get(d, 0) != db.get(d, 0)
     ]
-    weighted = sum(n * LOOP_WEIGHT**d for d, n in db.items()) - sum(n * LOOP_WEIGHT**d for d, n in da.items())
+    # the analysis weighed them (kernels.loop_weighted_scratch: 32 per loop depth, kdb/analysis/loops.py)
+    wa, wb = _num(a, "loop_weighted_scratch"), _num(b, "loop_weighted_scratch")
+    weighted = (wb or 0.0) - (wa or 0.0)
     return LoopScratch(
         grew=[c for c in changes if c.delta > 0],
         shrank=[c for c in changes if c.delta < 0],
