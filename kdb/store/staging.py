@@ -9,6 +9,7 @@ import duckdb
 from kdb.store.catalog.connection import Table, bulk_insert
 
 STAGING_MEMORY = "64MB"
+CLOSE_MEMORY = "256MB"
 
 
 class Staging:
@@ -36,6 +37,9 @@ class Staging:
         bulk_insert(self.con, staged, self.schema[table.name], via_json=True)
 
     def close(self) -> None:
+        # the last checkpoint writes every table's final row groups at once: under the staging limit it failed
+        # to pin a block on a real Inductor cache (resnet18, 391 folders, once loop rows were staged too)
+        self.con.execute(f"SET memory_limit = '{CLOSE_MEMORY}'")
         self.con.execute("CHECKPOINT")
         self.con.close()
 
