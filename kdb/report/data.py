@@ -4,6 +4,7 @@ the series of every plot (with the number of marks each should draw, which the b
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, key_length, short_key
@@ -104,31 +105,31 @@ def loop_groups(v: KernelDeepView) -> list[list[Any]]:
     return [[d, g, a, b, b - a] for (d, g), (a, b) in sorted(totals.items())]
 
 
-def loop_scratch_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
-    """Per verdict: paired kernels with a loop-weighted scratch figure on both sides, not both 0 (x: A, y: B)."""
+def a_vs_b_points(
+    r: DiffResult, column: Callable[[KernelDiff], str], *, skip_zeros: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """Per verdict: the paired kernels with the figure `column(k)` on both sides (x: A, y: B); `skip_zeros` leaves
+    out those at 0 on both."""
     out: dict[str, list[dict[str, Any]]] = {v: [] for v in VERDICTS}
     for rank, k in enumerate(r.kernels):
         if not k.status.paired or k.a is None or k.b is None:
             continue
-        xa, xb = _num(k.a.get("loop_weighted_scratch")), _num(k.b.get("loop_weighted_scratch"))
-        if xa is None or xb is None or (xa == 0 and xb == 0):
+        col = column(k)
+        xa, xb = _num(k.a.get(col)), _num(k.b.get(col))
+        if xa is None or xb is None or (skip_zeros and xa == 0 and xb == 0):
             continue
         out[k.status.label].append({"x": xa, "y": xb, "text": f"{r.key_of(k)} {k.name}", "id": rank})
     return out
+
+
+def loop_scratch_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
+    """Paired kernels with a loop-weighted scratch figure on both sides, not both 0."""
+    return a_vs_b_points(r, lambda _: "loop_weighted_scratch", skip_zeros=True)
 
 
 def vgpr_points(r: DiffResult) -> dict[str, list[dict[str, Any]]]:
-    """Per verdict: the paired kernels with a register count on both sides (x: A, y: B)."""
-    out: dict[str, list[dict[str, Any]]] = {v: [] for v in VERDICTS}
-    for rank, k in enumerate(r.kernels):
-        if not k.status.paired or k.a is None or k.b is None:
-            continue
-        col = _reg_column(k)
-        xa, xb = _num(k.a.get(col)), _num(k.b.get(col))
-        if xa is None or xb is None:
-            continue
-        out[k.status.label].append({"x": xa, "y": xb, "text": f"{r.key_of(k)} {k.name}", "id": rank})
-    return out
+    """Paired kernels with a register count (VGPRs, NVIDIA registers) on both sides."""
+    return a_vs_b_points(r, _reg_column)
 
 
 def occupancy_transitions(r: DiffResult) -> tuple[list[str], list[str], list[list[int]]]:

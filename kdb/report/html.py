@@ -8,7 +8,7 @@ import functools
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import plotly.io as pio
@@ -189,18 +189,17 @@ def log_ticks(values: Sequence[float]) -> dict[str, Any]:
     return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
-def _loop_scratch_figure(r: DiffResult, backends: set[str | None]) -> tuple[dict[str, Any], int]:
-    """Loop-weighted scratch, A vs B: each scratch / local-memory instruction weighted 32 per loop depth
-    (kdb/analysis/loops.py), so a kernel whose spills moved into a loop rises far above the diagonal."""
-    what = "local-memory" if backends == {"cuda"} else "scratch" if "cuda" not in backends else "scratch/local"
-    points = data.loop_scratch_points(r)
-    values = [v for ps in points.values() for p in ps for v in (p["x"], p["y"]) if v > 0]
-    top = max(values or [1.0])
+def _a_vs_b_traces(
+    points: dict[str, list[dict[str, Any]]], floor: float, hover: str, text: Callable[[dict[str, Any]], str]
+) -> list[dict[str, Any]]:
+    """The A = B diagonal from `floor`, then one marker trace per verdict (points drawn at no less than
+    `floor`: a log axis has no 0), each point's customdata its table row (a click opens the kernel)."""
+    top = max([max(p["x"], p["y"]) for ps in points.values() for p in ps] or [1])
     traces: list[dict[str, Any]] = [
         {
             "type": "scatter",
-            "x": [1, top],
-            "y": [1, top],
+            "x": [floor, top],
+            "y": [floor, top],
             "mode": "lines",
             "name": "A = B",
             "line": {"color": "#bbb", "dash": "dot"},
@@ -211,17 +210,27 @@ def _loop_scratch_figure(r: DiffResult, backends: set[str | None]) -> tuple[dict
             traces.append(
                 {
                     "type": "scatter",
-                    # log axes: a side with no scratch is drawn at 1 (the hover text gives the real figure)
-                    "x": [max(p["x"], 1) for p in ps],
-                    "y": [max(p["y"], 1) for p in ps],
-                    "text": [f"{p['text']}: {p['x']:g} → {p['y']:g}" for p in ps],
+                    "x": [max(p["x"], floor) for p in ps],
+                    "y": [max(p["y"], floor) for p in ps],
+                    "text": [text(p) for p in ps],
                     "customdata": [p["id"] for p in ps],
                     "mode": "markers",
                     "name": verdict,
                     "marker": {"color": COLORS[verdict], "size": 8, "opacity": 0.8},
-                    "hovertemplate": "%{text}<extra>" + verdict + "</extra>",
+                    "hovertemplate": hover + "<extra>" + verdict + "</extra>",
                 }
             )
+    return traces
+
+
+def _loop_scratch_figure(r: DiffResult, backends: set[str | None]) -> tuple[dict[str, Any], int]:
+    """Loop-weighted scratch, A vs B: each scratch / local-memory instruction weighted 32 per loop depth
+    (kdb/analysis/loops.py), so a kernel whose spills moved into a loop rises far above the diagonal."""
+    what = "local-memory" if backends == {"cuda"} else "scratch" if "cuda" not in backends else "scratch/local"
+    points = data.loop_scratch_points(r)
+    values = [v for ps in points.values() for p in ps for v in (p["x"], p["y"]) if v > 0]
+    # log axes: a side with no scratch is drawn at 1 (the hover text gives the real figure)
+    traces = _a_vs_b_traces(points, 1, "%{text}", lambda p: f"{p['text']}: {p['x']:g} → {p['y']:g}")
     axis = {"type": "log", **log_ticks(values or [1.0])}
     layout = _layout(
         f"loop-weighted {what} instructions (×32 per loop depth), A vs B",
@@ -238,32 +247,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     backends = {k.facts.backend for k in r.kernels if k.facts is not None}
     regs = register_title(backends)
     points = data.vgpr_points(r)
-    top = max([max(p["x"], p["y"]) for ps in points.values() for p in ps] or [1])
-    traces: list[dict[str, Any]] = [
-        {
-            "type": "scatter",
-            "x": [0, top],
-            "y": [0, top],
-            "mode": "lines",
-            "name": "A = B",
-            "line": {"color": "#bbb", "dash": "dot"},
-        }
-    ]
-    for verdict, ps in points.items():
-        if ps:
-            traces.append(
-                {
-                    "type": "scatter",
-                    "x": [p["x"] for p in ps],
-                    "y": [p["y"] for p in ps],
-                    "text": [p["text"] for p in ps],
-                    "customdata": [p["id"] for p in ps],
-                    "mode": "markers",
-                    "name": verdict,
-                    "marker": {"color": COLORS[verdict], "size": 8, "opacity": 0.8},
-                    "hovertemplate": "%{text}<br>A %{x} → B %{y}<extra>" + verdict + "</extra>",
-                }
-            )
+    traces = _a_vs_b_traces(points, 0, "%{text}<br>A %{x} → B %{y}", lambda p: p["text"])
     layout = _layout(
         f"{regs}, A vs B", xaxis={"title": {"text": f"A: {regs}"}}, yaxis={"title": {"text": f"B: {regs}"}}
     )
