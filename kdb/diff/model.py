@@ -34,6 +34,7 @@ LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
 UNKNOWN_STAGES: dict[str, tuple[str, ...]] = {
     "occupancy": ("occupancy", "hsaco", "cubin", "json"),
     "occupancy_llvm": ("occupancy", "amdgcn", "hsaco"),
+    "max_loop_depth": ("loops", "amdgcn", "hsaco", "cubin", "ptx"),
     **{
         c: ("hsaco", "cubin", "json")
         for c in (

@@ -212,7 +212,7 @@ def _both(a: KernelFacts, b: KernelFacts, column: str) -> bool:
 def unknown_figures(a: KernelFacts, b: KernelFacts) -> list[str]:
     """'occupancy unknown in B: <why>' for each figure a paired kernel has on one side and not the other."""
     out = []
-    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILL_LIKE):
+    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILL_LIKE, "max_loop_depth"):
         va, vb = a.get(column), b.get(column)
         if (va is None) == (vb is None):
             continue
@@ -231,6 +231,8 @@ _LABEL = {
     "scratch_bytes": "scratch",
     "local_bytes": "local memory",
     "stack_bytes": "stack",
+    # A side without its loop nest cannot say whether spills sit in a loop: the loop-aware ranking is blind there.
+    "max_loop_depth": "loop depths",
 }
 
 
