@@ -10,7 +10,7 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,10 +84,14 @@ def ingest(
     options: AnalysisOptions = DEFAULT_OPTIONS,
     rehash: bool = False,
     phase: Callable[[str], None] | None = None,
+    append: Sequence[tuple[str, str]] | None = None,
 ) -> IngestSummary:
     """Ingest `source` as `tag`. `progress` is told (files done, files, bytes done, bytes) as kernel folders are
     stored; `phase` the step the ingest is in: walking, storing (dictionaries), storing and analysing,
-    linking, committing (the CLI shows both; nothing here prints)."""
+    linking, committing (the CLI shows both; nothing here prints).
+
+    `append` (kdb's Triton cache manager): add the folders of `source` to the snapshot `tag` if it exists
+    (else create it), plus these (cache_key, folder_digest) pairs the catalog already holds."""
     validate_tag(tag)
     started = time.monotonic()
     if phase:
@@ -96,7 +100,7 @@ def ingest(
     if progress:
         progress(0, len(walk.files), 0, sum(f.size for f in walk.files))
     groups = groups_of(walk.files)
-    if not any(analyze for _, _, analyze in groups):
+    if append is None and not any(analyze for _, _, analyze in groups):
         raise InputError(
             f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
         )
@@ -118,6 +122,7 @@ def ingest(
                 options,
                 rehash,
                 phase or _no_phase,
+                append,
             )
             break
         except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
@@ -156,11 +161,12 @@ def _ingest_once(
     options: AnalysisOptions,
     rehash: bool,
     phase: Callable[[str], None],
+    append: Sequence[tuple[str, str]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
     phase("reading the catalog")
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-            if catalog.snapshot_id(tag) is not None and not replace:
+            if catalog.snapshot_id(tag) is not None and not replace and append is None:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
             known = catalog.known_folders([key for key, _, _ in groups if key is not None])
             stats = {} if rehash else catalog.file_stats(socket.gethostname(), str(source.resolve()))
@@ -183,6 +189,10 @@ def _ingest_once(
             for name, rows in links.rows.items():
                 for row in rows:
                     tables[name].add(**row)
+            if append:
+                tables["folder_sets"] = Table("folder_sets", STAGED_COLUMNS["folder_sets"])
+                for cache_key, folder_digest in append:
+                    tables["folder_sets"].add(cache_key=cache_key, folder_digest=folder_digest)
             flush(staging, tables)
             staging.close()
             home.store.durable()
@@ -202,6 +212,7 @@ def _ingest_once(
                     staging.path,
                     replace=replace,
                     ensure_blobs=home.store.refresh if home.is_shared else None,
+                    append=append is not None,
                 )
                 recorded = catalog.get_snapshot(tag)
                 problem_list = catalog.snapshot_problems(tag)

@@ -44,6 +44,17 @@ class CatalogQueries(CatalogConnection):
             "SELECT cache_key, folder_digest FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]
         ).fetchall()
 
+    def capture_index(self, tag: str, cache_keys: Sequence[str]) -> list[tuple[str, str, str, str, int]]:
+        """(cache_key, folder_digest, file name, hash, size) of these folders of a snapshot: what kdb's Triton
+        cache manager serves later reads of them from (kdb/capture/)."""
+        sid = self.require_snapshot(tag)
+        return self.con.execute(
+            "SELECT sf.cache_key, sf.folder_digest, ff.name, ff.hash, ff.size FROM snapshot_folders sf "
+            "JOIN folder_files ff USING (folder_digest) WHERE sf.snapshot_id = ? "
+            "AND sf.cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1, 3",
+            [sid, list(cache_keys)],
+        ).fetchall()
+
     def folder_files(self, digest: str) -> list[dict[str, Any]]:
         return self._dicts(
             "SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name", [digest]

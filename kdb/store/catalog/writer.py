@@ -68,19 +68,19 @@ ROW_SETS = (
 class SnapshotSets(CatalogConnection):
     """A snapshot's row sets (ROW_SETS): stored once per distinct set, named from the snapshot by digest."""
 
-    def _record_set(self, rows: RowSet) -> str | None:
-        """Digest of the staged snapshot's rows of ROWS; they are added only when no snapshot recorded the
-        same set before. None when the snapshot has none."""
-        digest = self._one(
-            f"SELECT sha256(string_agg({rows.row_text}, chr(10) ORDER BY {rows.order})) FROM staged.{rows.staged}"
-        )[0]
+    def _record_set(self, rows: RowSet, source: str | None = None) -> str | None:
+        """Digest of the staged snapshot's rows of ROWS (or of the relation `source`); they are added only
+        when no snapshot recorded the same set before. None when the snapshot has none."""
+        source = source or f"staged.{rows.staged}"
+        digest = self._one(f"SELECT sha256(string_agg({rows.row_text}, chr(10) ORDER BY {rows.order})) FROM {source}")[
+            0
+        ]
         if (
             digest is not None
             and not self.con.execute(f"SELECT 1 FROM {rows.table} WHERE set_digest = ? LIMIT 1", [digest]).fetchone()
         ):
             self.con.execute(
-                f"INSERT INTO {rows.table} (set_digest, {rows.columns}) "
-                f"SELECT ?, {rows.columns} FROM staged.{rows.staged}",
+                f"INSERT INTO {rows.table} (set_digest, {rows.columns}) SELECT ?, {rows.columns} FROM {source}",
                 [digest],
             )
         return digest
@@ -102,6 +102,7 @@ class SnapshotWriter(SnapshotSets):
         *,
         replace: bool,
         ensure_blobs: Callable[[list[str]], None] | None = None,
+        append: bool = False,
     ) -> int:
         """Record a whole snapshot, staged by the ingest in `staging`, in one transaction: it appears
         completely or not at all.
@@ -113,21 +114,30 @@ class SnapshotWriter(SnapshotSets):
         On a shared catalog the transaction is serialised with every other writer's and may run more than
         once; folders another writer recorded meanwhile are not recorded twice, and `ensure_blobs` is
         called (inside the transaction) with the hashes the catalog does not know yet, so that the store
-        can confirm (and refresh, against a concurrent gc) the blobs before they are first named."""
+        can confirm (and refresh, against a concurrent gc) the blobs before they are first named.
+
+        `append` (kdb's Triton cache manager, kdb/capture/): when the tag exists, the staged folders join its
+        snapshot instead (a cache key it holds already keeps its folder), in the same one transaction."""
         # Without a limit DuckDB keeps every page the transaction writes cached (up to 80% of RAM): at
         # 10k kernels that made the commit the ingest's memory peak. Insertion order is irrelevant here.
         self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
         self.con.execute("SET preserve_insertion_order = false")
         self.con.execute(f"ATTACH {literal(str(staging))} AS staged (READ_ONLY)")
         try:
-            return self.write(lambda: self._write_snapshot(snapshot, replace, ensure_blobs))
+            return self.write(lambda: self._write_snapshot(snapshot, replace, ensure_blobs, append))
         finally:
             self.con.execute("DETACH staged")
 
     def _write_snapshot(
-        self, snapshot: dict[str, Any], replace: bool, ensure_blobs: Callable[[list[str]], None] | None
+        self,
+        snapshot: dict[str, Any],
+        replace: bool,
+        ensure_blobs: Callable[[list[str]], None] | None,
+        append: bool = False,
     ) -> int:
         old = self.snapshot_id(snapshot["tag"])
+        if old is not None and append:
+            return self._append_snapshot(old, snapshot, ensure_blobs)
         if old is not None:
             if not replace:
                 raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
@@ -165,6 +175,24 @@ class SnapshotWriter(SnapshotSets):
         )
         if "file_stats" in names:  # an ingest's (a transfer stages none)
             self._record_file_stats(snapshot["host"], snapshot["source_path"])
+        self._insert_staged(sid, staged, ensure_blobs)
+        if append:  # folders named without their files (adopted by the capture): count what the snapshot holds
+            self._recount_files(sid)
+        self._update_snapshot_totals(sid)
+        return sid
+
+    def _recount_files(self, sid: int) -> None:
+        self.con.execute(
+            "UPDATE snapshots SET file_count = (SELECT count(*) FROM files WHERE snapshot_id = $1), "
+            "raw_bytes = (SELECT coalesce(sum(size), 0) FROM files WHERE snapshot_id = $1) WHERE snapshot_id = $1",
+            [sid],
+        )
+
+    def _insert_staged(
+        self, sid: int, staged: list[tuple[str, list[str]]], ensure_blobs: Callable[[list[str]], None] | None
+    ) -> None:
+        """The staged rows outside the row sets: per-snapshot rows under `sid`, folder-keyed rows of folders the
+        catalog lacks, blobs it lacks."""
         present = self._check_staged_folders()
         if ensure_blobs is not None:
             ensure_blobs(
@@ -194,6 +222,38 @@ class SnapshotWriter(SnapshotSets):
                 )
             else:
                 self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
+
+    def _append_snapshot(
+        self, sid: int, snapshot: dict[str, Any], ensure_blobs: Callable[[list[str]], None] | None
+    ) -> int:
+        """Add the staged folders to snapshot `sid`: its folder set becomes the old set plus every staged
+        cache key it lacked (a new set, stored once like any other); the other row sets gain the staged rows
+        they lack. Counts and sizes are computed again from what the snapshot now holds."""
+        staged = self.con.execute(
+            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+        ).fetchall()
+        names = {name for name, _ in staged}
+        updates: dict[str, str | None] = {}
+        for rows in ROW_SETS:
+            if rows.staged not in names:
+                continue
+            old = self._one(f"SELECT {rows.snapshot_column} FROM snapshots WHERE snapshot_id = ?", [sid])[0]
+            held = f"(SELECT {rows.columns} FROM {rows.table} WHERE set_digest = {literal(old or '')})"
+            if rows.table == "folder_sets":  # a cache key names one folder: the first one recorded stays
+                added = f"(SELECT {rows.columns} FROM staged.{rows.staged} WHERE cache_key NOT IN (SELECT cache_key FROM {held}))"
+                union = f"(SELECT * FROM {held} UNION ALL SELECT * FROM {added})"
+            else:
+                union = f"(SELECT * FROM {held} UNION SELECT {rows.columns} FROM staged.{rows.staged})"
+            updates[rows.snapshot_column] = self._record_set(rows, union)
+        for column, digest in updates.items():
+            self.con.execute(f"UPDATE snapshots SET {column} = ? WHERE snapshot_id = ?", [digest, sid])
+        self._insert_staged(sid, [(n, c) for n, c in staged if n != "file_stats"], ensure_blobs)
+        self.con.execute(
+            "UPDATE snapshots SET new_bytes = new_bytes + ? WHERE snapshot_id = ?", [snapshot["new_bytes"], sid]
+        )
+        self._recount_files(sid)
+        self._drop_unused_sets()
         self._update_snapshot_totals(sid)
         return sid
 
