@@ -38,6 +38,8 @@ ALLOWED_IMPORTS = {
     "ingest": {"kdb", "errors", "store", "analysis", "triton"},
     # profile files of a run: parsed (pure), linked to a snapshot's kernel folders, stored and recorded
     "profile": {"errors", "store"},
+    # kdb as Triton's cache: files Triton puts are spooled, then recorded by the ingest (kdb/capture/)
+    "capture": {"errors", "store", "ingest"},
     "diff": {"errors", "store", "triton", "render"},
     "report": {"errors", "diff", "render"},
     # the Python API: what the CLI does, as values (the CLI may call it; it never calls the CLI)
@@ -55,6 +57,7 @@ ALLOWED_IMPORTS = {
         "terminal",
         "progress",
         "api",
+        "capture",
     },
     "__main__": {"cli"},
 }

@@ -378,6 +378,7 @@ def main() -> None:
     sys.exit(run())
 
 
+from kdb.cli import capture as _capture  # noqa: E402, F401  (registers `capture env|check|commit|status` on `app`)
 from kdb.cli import compare as _compare  # noqa: E402, F401  (registers diff and report on `app`)
 from kdb.cli import fleet as _fleet  # noqa: E402, F401  (registers push and pull on `app`)
 from kdb.cli import profile as _profile  # noqa: E402, F401  (registers `profile import` on `app`)
