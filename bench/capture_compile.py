@@ -86,6 +86,8 @@ def _folder(kernel) -> str:
     from triton.runtime.cache import get_cache_manager
 
     manager = get_cache_manager(kernel.hash)
+    if hasattr(manager, "_file_cache_manager"):  # Triton's RemoteCacheManager: its local folder's
+        manager = manager._file_cache_manager
     return getattr(manager, "key", None) or Path(manager.cache_dir).name
 
 

@@ -33,7 +33,7 @@ LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 CHROMIUM = Path("/usr/bin/chromium")
 REQUIRE_ALL_TOOLS = "KDB_REQUIRE_ALL_TOOLS"
 # The one line of the README beside the test command, said by every skip for a missing system package.
-SYSTEM_PACKAGES = "apt-get install llvm-22 chromium postgresql-15 strace"
+SYSTEM_PACKAGES = "apt-get install llvm-22 lld-22 chromium postgresql-15 strace"
 
 
 def nvidia_tool_dir() -> Path | None:
@@ -81,6 +81,10 @@ TOOLS = {
         lambda: shutil.which("strace") is not None,
         f"needs strace: apt-get install strace (all tools: {SYSTEM_PACKAGES})",
     ),
+    "triton": (
+        lambda: importlib.util.find_spec("triton") is not None and Path("/usr/lib/llvm-22/bin/ld.lld").exists(),
+        f"needs Triton and LLVM 22's ld.lld: pip install triton==3.6.0; apt-get install lld-22 (all tools: {SYSTEM_PACKAGES})",
+    ),
     "nvidia_tools": (
         lambda: nvidia_tool_dir() is not None,
         "needs cuobjdump/nvdisasm: pip install -e '.[test]' (kdb[nvidia]) or set KDB_CUDA_BIN",
@@ -98,7 +102,7 @@ FIXTURE_MARKS = {
 # the corpus, and every such test still runs on every snapshot in the full run.
 FAST_SNAPSHOTS = {"t3.3.1-gfx942", "t3.4.0-gfx942", "t3.1.0-gfx90a", "t2.3.1-sm80", "t3.4.0-sm90"}
 # Markers that put a test outside the fast tier (`-m "not slow"` runs no external tool: cuobjdump per kernel is slow too).
-SLOW_WITH = ("llvm", "browser", "postgres", "strace", "nvidia_tools", "corpus_home")
+SLOW_WITH = ("llvm", "browser", "postgres", "strace", "nvidia_tools", "corpus_home", "triton")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects

@@ -146,15 +146,20 @@ class SpoolLayout:
                 yield folder
 
     def take_adopted(self) -> list[tuple[str, str]]:
-        """The adoption log's entries, the log emptied (renamed first: a line appended meanwhile goes to
-        the new log)."""
+        """The adoption log's entries, moved to a `.taking` file that the commit removes when it succeeded (a
+        commit that failed leaves it, and the next one takes it with whatever was logged since)."""
         taken = self.adopt_log.with_suffix(".taking")
+        text = taken.read_text() if taken.exists() else ""
         if self.adopt_log.exists():
-            os.replace(self.adopt_log, taken)
-        if not taken.exists():
-            return []
+            fresh = self.adopt_log.with_suffix(f".{os.getpid()}")
+            os.replace(self.adopt_log, fresh)  # a line appended meanwhile goes to a new log
+            text += fresh.read_text()
+            temp = self.adopt_log.with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(text)
+            os.replace(temp, taken)
+            fresh.unlink()
         pairs: dict[str, str] = {}
-        for line in taken.read_text().splitlines():
+        for line in text.splitlines():
             key, _, digest = line.partition(" ")
             if key and digest:
                 pairs.setdefault(key, digest)
