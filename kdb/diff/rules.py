@@ -212,7 +212,15 @@ def _both(a: KernelFacts, b: KernelFacts, column: str) -> bool:
 def unknown_figures(a: KernelFacts, b: KernelFacts) -> list[str]:
     """'occupancy unknown in B: <why>' for each figure a paired kernel has on one side and not the other."""
     out = []
-    for column in ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "registers", *_SPILL_LIKE, "max_loop_depth"):
+    for column in (
+        "occupancy",
+        "occupancy_llvm",
+        "vgpr_count",
+        "sgpr_count",
+        "registers",
+        *_SPILL_LIKE,
+        "max_loop_depth",
+    ):
         va, vb = a.get(column), b.get(column)
         if (va is None) == (vb is None):
             continue
