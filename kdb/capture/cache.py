@@ -145,6 +145,8 @@ class Capture:
             self.commit(wait_s=0.0)
         except CatalogBusy:
             self._count("commits_deferred")
+        # Compile workers (Inductor's pool) are often ended without running their exit hooks: counters as of now.
+        _write_stats(self)
 
     # -- recording -----------------------------------------------------------------------------------
     def commit(self, wait_s: float) -> int:
