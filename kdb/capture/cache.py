@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kdb.capture.spool import GROUP_PREFIX, SpoolLayout, check_name
-from kdb.errors import CatalogBusy, KdbError
+from kdb.errors import CatalogBusy, IntegrityError, KdbError
 from kdb.store.home import Home, resolve_home, resolve_shared
 
 T = TypeVar("T")
@@ -61,6 +61,7 @@ class Capture:
         local = None if self.home.is_shared else self.layout.root / "proc"
         if local is not None:
             local.mkdir(parents=True, exist_ok=True)
+            _remove_dead_folders(local)
         # Linked into the spool where it can be (the same file system): a shared home's is local to the host.
         self.mine = Path(tempfile.mkdtemp(prefix=f"kdb-capture-{os.getpid()}-", dir=local))
         self.stats: Counter[str] = Counter()
@@ -127,7 +128,14 @@ class Capture:
             self._count("misses")
             return None
         digest, size = entry["files"][name]
-        self._write_own(path, self.home.store.get(digest, size))  # IntegrityError on a damaged blob
+        try:
+            data = self.home.store.get(digest, size)
+        except (IntegrityError, OSError):  # its snapshot removed and collected, or the blob damaged: a miss
+            self._count("misses")
+            self._count("stale_index")
+            self.layout.index_path(key).unlink(missing_ok=True)
+            return None
+        self._write_own(path, data)
         self._count("hits")
         self._count("store_reads")
         if key not in self.adopted:
@@ -202,6 +210,19 @@ class Capture:
 
     def close(self) -> None:
         shutil.rmtree(self.mine, ignore_errors=True)
+
+
+def _remove_dead_folders(proc: Path) -> None:
+    """Own folders of processes that ended without their exit hooks (killed, or compile workers ended by
+    their pool): `kdb-capture-<pid>-…`, removed once no process of that id runs on this host."""
+    for folder in proc.glob("kdb-capture-*-*"):
+        try:
+            pid = int(folder.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, IndexError, PermissionError):
+            continue
 
 
 def _read_or_none(path: Path) -> bytes | None:
