@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,6 +34,8 @@ from kdb.store.home import Home, resolve_home, resolve_shared
 T = TypeVar("T")
 CAPTURE_DIR = "capture"
 DEFAULT_WAIT_S = 10.0
+# Folders finished meanwhile are recorded together: one ingest of many folders costs little more than of one.
+DEFAULT_COMMIT_EVERY_S = 2.0
 # The largest file Triton writes is a code object of a few MB; the same bound as `kdb ingest`'s.
 MAX_FILE_BYTES = 1 << 30
 
@@ -67,7 +70,12 @@ class Capture:
         self.stats: Counter[str] = Counter()
         self.adopted: set[str] = set()
         self._order: dict[str, list[str]] = {}  # cache key -> file names in the order this process put them
+        self._index: dict[str, dict] = {}  # index entries read (a recorded folder's entry never changes)
         self._lock = threading.Lock()
+        self.every_s = float(os.environ.get("KDB_CAPTURE_COMMIT_EVERY", DEFAULT_COMMIT_EVERY_S))
+        self._last_commit = -self.every_s
+        self._committer: threading.Thread | None = None
+        self._commit_problem: str | None = None
         # What a commit runs, imported now: the last commit runs at exit, when Python refuses the atexit hooks
         # that importing concurrent.futures (the ingest's worker pool) registers.
         import kdb.ingest.snapshot  # noqa: F401
@@ -123,7 +131,9 @@ class Capture:
             if path.exists():
                 self._count("hits")
                 return path
-        entry = self.layout.read_index(key)
+        entry = self._index.get(key) or self.layout.read_index(key)
+        if entry is not None:
+            self._index[key] = entry
         if entry is None or name not in entry["files"]:
             self._count("misses")
             return None
@@ -134,6 +144,7 @@ class Capture:
             self._count("misses")
             self._count("stale_index")
             self.layout.index_path(key).unlink(missing_ok=True)
+            self._index.pop(key, None)
             return None
         self._write_own(path, data)
         self._count("hits")
@@ -148,13 +159,40 @@ class Capture:
             self.stats[what] += 1
 
     def group_written(self) -> None:
-        """A compile finished: record what is whole, if nobody else is recording and the catalog is free now."""
+        """A compile finished: record what is whole, in a thread beside the compile, at most one at a time and
+        once per KDB_CAPTURE_COMMIT_EVERY seconds (a commit is a whole ingest, ~0.5-1 s: one per kernel made
+        each compile wait for it, bench/capture_bench.py), if nobody else is recording and the catalog is free."""
+        # Compile workers (Inductor's pool) are often ended without running their exit hooks: counters as of now.
+        _write_stats(self)
+        with self._lock:
+            now = time.monotonic()
+            if (self._committer is not None and self._committer.is_alive()) or now - self._last_commit < self.every_s:
+                return
+            self._last_commit = now
+            self._committer = threading.Thread(target=self._commit_quietly, name="kdb-capture-commit", daemon=True)
+            self._committer.start()
+
+    def _commit_quietly(self) -> None:
         try:
             self.commit(wait_s=0.0)
         except CatalogBusy:
             self._count("commits_deferred")
-        # Compile workers (Inductor's pool) are often ended without running their exit hooks: counters as of now.
+        except Exception as exc:  # noqa: BLE001 - a failed commit loses nothing (the folders stay spooled)
+            self._count("commits_failed")
+            with self._lock:
+                first, self._commit_problem = self._commit_problem is None, f"{type(exc).__name__}: {exc}"
+            if first:
+                print(
+                    f"kdb capture: recording failed ({self._commit_problem}); the files stay spooled", file=sys.stderr
+                )
         _write_stats(self)
+
+    def finish(self) -> None:
+        """At exit: the running commit finishes (up to KDB_CAPTURE_WAIT), then one last commit records the rest."""
+        committer = self._committer
+        if committer is not None:
+            committer.join(self.wait_s)
+        self.commit(wait_s=self.wait_s)
 
     # -- recording -----------------------------------------------------------------------------------
     def commit(self, wait_s: float) -> int:
@@ -237,8 +275,6 @@ class _flock:
         self.path, self.wait_s = path, wait_s
 
     def __enter__(self) -> None:
-        import time
-
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -308,7 +344,7 @@ def _at_exit() -> None:
     if capture is None:
         return
     try:
-        capture.commit(wait_s=capture.wait_s)
+        capture.finish()
     except CatalogBusy as exc:
         left = sum(1 for _ in capture.layout.whole_folders())
         print(f"kdb capture: {exc}; {left} folders stay spooled for the next commit", file=sys.stderr)

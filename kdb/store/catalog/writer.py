@@ -94,7 +94,120 @@ class SnapshotSets(CatalogConnection):
             )
 
 
-class SnapshotWriter(SnapshotSets):
+class SnapshotRows(SnapshotSets):
+    """A staged snapshot's rows outside the row sets, its totals, and the capture's append (kdb/capture/)."""
+
+    def _recount_files(self, sid: int) -> None:
+        self.con.execute(
+            "UPDATE snapshots SET file_count = (SELECT count(*) FROM files WHERE snapshot_id = $1), "
+            "raw_bytes = (SELECT coalesce(sum(size), 0) FROM files WHERE snapshot_id = $1) WHERE snapshot_id = $1",
+            [sid],
+        )
+
+    def _insert_staged(
+        self, sid: int, staged: list[tuple[str, list[str]]], ensure_blobs: Callable[[list[str]], None] | None
+    ) -> None:
+        """The staged rows outside the row sets: per-snapshot rows under `sid`, folder-keyed rows of folders the
+        catalog lacks, blobs it lacks."""
+        present = self._check_staged_folders()
+        if ensure_blobs is not None:
+            ensure_blobs(
+                [
+                    r[0]
+                    for r in self.con.execute(
+                        "SELECT DISTINCT hash FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs)"
+                    ).fetchall()
+                ]
+            )
+        for name, columns in staged:
+            cols = ", ".join(columns)
+            if name in {rows.staged for rows in ROW_SETS} | {"file_stats"}:
+                continue  # recorded above: once per distinct set / the directory's metadata index
+            if present and "folder_digest" in columns:  # recorded by another writer meanwhile
+                self.con.execute(
+                    f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name} "
+                    "WHERE folder_digest NOT IN (SELECT unnest(?::VARCHAR[]))",
+                    [present],
+                )
+            elif "snapshot_id" in self._column_types(name):
+                self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
+            elif name == "blobs":
+                self.con.execute(
+                    "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
+                    "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
+                )
+            else:
+                self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
+
+    def _append_snapshot(
+        self, sid: int, snapshot: dict[str, Any], ensure_blobs: Callable[[list[str]], None] | None
+    ) -> int:
+        """Add the staged folders to snapshot `sid`: its folder set becomes the old set plus every staged
+        cache key it lacked (a new set, stored once like any other); the other row sets gain the staged rows
+        they lack. Counts and sizes are computed again from what the snapshot now holds."""
+        staged = self.con.execute(
+            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
+            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
+        ).fetchall()
+        names = {name for name, _ in staged}
+        updates: dict[str, str | None] = {}
+        for rows in ROW_SETS:
+            if rows.staged not in names:
+                continue
+            old = self._one(f"SELECT {rows.snapshot_column} FROM snapshots WHERE snapshot_id = ?", [sid])[0]
+            held = f"(SELECT {rows.columns} FROM {rows.table} WHERE set_digest = {literal(old or '')})"
+            if rows.table == "folder_sets":  # a cache key names one folder: the first one recorded stays
+                added = f"(SELECT {rows.columns} FROM staged.{rows.staged} WHERE cache_key NOT IN (SELECT cache_key FROM {held}))"
+                union = f"(SELECT * FROM {held} UNION ALL SELECT * FROM {added})"
+            else:
+                union = f"(SELECT * FROM {held} UNION SELECT {rows.columns} FROM staged.{rows.staged})"
+            updates[rows.snapshot_column] = self._record_set(rows, union)
+        for column, digest in updates.items():
+            self.con.execute(f"UPDATE snapshots SET {column} = ? WHERE snapshot_id = ?", [digest, sid])
+        self._insert_staged(sid, [(n, c) for n, c in staged if n != "file_stats"], ensure_blobs)
+        self.con.execute(
+            "UPDATE snapshots SET new_bytes = new_bytes + ? WHERE snapshot_id = ?", [snapshot["new_bytes"], sid]
+        )
+        self._recount_files(sid)
+        self._drop_unused_sets()
+        self._update_snapshot_totals(sid)
+        return sid
+
+    def _check_staged_folders(self) -> list[str]:
+        """Staged folders the catalog holds already (another writer recorded them since this ingest
+        looked: shared home); raise CollectedMeanwhile when a folder the ingest skipped as known is gone."""
+        gone = self._one(
+            "SELECT count(DISTINCT folder_digest) FROM staged.folder_sets WHERE folder_digest NOT IN "
+            "(SELECT folder_digest FROM folders UNION ALL SELECT folder_digest FROM staged.folders)"
+        )[0]
+        if gone:
+            raise CollectedMeanwhile(f"{gone} known kernel folders were garbage-collected during the ingest")
+        return [
+            r[0]
+            for r in self.con.execute(
+                "SELECT folder_digest FROM folders WHERE folder_digest IN (SELECT folder_digest FROM staged.folders)"
+            ).fetchall()
+        ]
+
+    def _update_snapshot_totals(self, sid: int) -> None:
+        self.con.execute(
+            """
+            UPDATE snapshots SET
+                kernel_count = (SELECT count(*) FROM kernels WHERE snapshot_id = $1),
+                triton_versions = coalesce((SELECT list(DISTINCT triton_version ORDER BY triton_version)
+                                   FROM kernels WHERE snapshot_id = $1 AND triton_version IS NOT NULL), []),
+                targets = coalesce((SELECT list(DISTINCT backend || ':' || arch || ':' || warp_size ORDER BY 1)
+                           FROM kernels WHERE snapshot_id = $1 AND backend IS NOT NULL), []),
+                problem_count = (SELECT count(*) FROM problems WHERE tag = (SELECT tag FROM snapshots WHERE snapshot_id = $1)),
+                stored_bytes = (SELECT coalesce(sum(stored_size), 0) FROM blobs
+                                WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = $1))
+            WHERE snapshot_id = $1
+            """,
+            [sid],
+        )
+
+
+class SnapshotWriter(SnapshotRows):
     def write_snapshot(
         self,
         snapshot: dict[str, Any],
@@ -181,82 +294,6 @@ class SnapshotWriter(SnapshotSets):
         self._update_snapshot_totals(sid)
         return sid
 
-    def _recount_files(self, sid: int) -> None:
-        self.con.execute(
-            "UPDATE snapshots SET file_count = (SELECT count(*) FROM files WHERE snapshot_id = $1), "
-            "raw_bytes = (SELECT coalesce(sum(size), 0) FROM files WHERE snapshot_id = $1) WHERE snapshot_id = $1",
-            [sid],
-        )
-
-    def _insert_staged(
-        self, sid: int, staged: list[tuple[str, list[str]]], ensure_blobs: Callable[[list[str]], None] | None
-    ) -> None:
-        """The staged rows outside the row sets: per-snapshot rows under `sid`, folder-keyed rows of folders the
-        catalog lacks, blobs it lacks."""
-        present = self._check_staged_folders()
-        if ensure_blobs is not None:
-            ensure_blobs(
-                [
-                    r[0]
-                    for r in self.con.execute(
-                        "SELECT DISTINCT hash FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs)"
-                    ).fetchall()
-                ]
-            )
-        for name, columns in staged:
-            cols = ", ".join(columns)
-            if name in {rows.staged for rows in ROW_SETS} | {"file_stats"}:
-                continue  # recorded above: once per distinct set / the directory's metadata index
-            if present and "folder_digest" in columns:  # recorded by another writer meanwhile
-                self.con.execute(
-                    f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name} "
-                    "WHERE folder_digest NOT IN (SELECT unnest(?::VARCHAR[]))",
-                    [present],
-                )
-            elif "snapshot_id" in self._column_types(name):
-                self.con.execute(f"INSERT INTO {name} (snapshot_id, {cols}) SELECT ?, {cols} FROM staged.{name}", [sid])
-            elif name == "blobs":
-                self.con.execute(
-                    "INSERT INTO blobs (hash, size, stored_size) SELECT hash, any_value(size), any_value(stored_size) "
-                    "FROM staged.blobs WHERE hash NOT IN (SELECT hash FROM blobs) GROUP BY hash"
-                )
-            else:
-                self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
-
-    def _append_snapshot(
-        self, sid: int, snapshot: dict[str, Any], ensure_blobs: Callable[[list[str]], None] | None
-    ) -> int:
-        """Add the staged folders to snapshot `sid`: its folder set becomes the old set plus every staged
-        cache key it lacked (a new set, stored once like any other); the other row sets gain the staged rows
-        they lack. Counts and sizes are computed again from what the snapshot now holds."""
-        staged = self.con.execute(
-            "SELECT table_name, list(column_name ORDER BY ordinal_position) FROM information_schema.columns "
-            "WHERE table_catalog = 'staged' GROUP BY table_name ORDER BY table_name"
-        ).fetchall()
-        names = {name for name, _ in staged}
-        updates: dict[str, str | None] = {}
-        for rows in ROW_SETS:
-            if rows.staged not in names:
-                continue
-            old = self._one(f"SELECT {rows.snapshot_column} FROM snapshots WHERE snapshot_id = ?", [sid])[0]
-            held = f"(SELECT {rows.columns} FROM {rows.table} WHERE set_digest = {literal(old or '')})"
-            if rows.table == "folder_sets":  # a cache key names one folder: the first one recorded stays
-                added = f"(SELECT {rows.columns} FROM staged.{rows.staged} WHERE cache_key NOT IN (SELECT cache_key FROM {held}))"
-                union = f"(SELECT * FROM {held} UNION ALL SELECT * FROM {added})"
-            else:
-                union = f"(SELECT * FROM {held} UNION SELECT {rows.columns} FROM staged.{rows.staged})"
-            updates[rows.snapshot_column] = self._record_set(rows, union)
-        for column, digest in updates.items():
-            self.con.execute(f"UPDATE snapshots SET {column} = ? WHERE snapshot_id = ?", [digest, sid])
-        self._insert_staged(sid, [(n, c) for n, c in staged if n != "file_stats"], ensure_blobs)
-        self.con.execute(
-            "UPDATE snapshots SET new_bytes = new_bytes + ? WHERE snapshot_id = ?", [snapshot["new_bytes"], sid]
-        )
-        self._recount_files(sid)
-        self._drop_unused_sets()
-        self._update_snapshot_totals(sid)
-        return sid
-
     def _record_file_stats(self, host: str, source_path: str) -> None:
         """The ingested directory's metadata index (schema/007_file_stats.sql): rows that changed are
         replaced, unchanged ones left alone (rewriting them grew the catalog at every re-ingest)."""
@@ -272,39 +309,6 @@ class SnapshotWriter(SnapshotSets):
             "SELECT ?, ?, path, size, mtime_ns, ino, hash FROM staged.file_stats s "
             "WHERE NOT EXISTS (SELECT 1 FROM file_stats f WHERE f.host = ? AND f.source_path = ? AND f.path = s.path)",
             where + where,
-        )
-
-    def _check_staged_folders(self) -> list[str]:
-        """Staged folders the catalog holds already (another writer recorded them since this ingest
-        looked: shared home); raise CollectedMeanwhile when a folder the ingest skipped as known is gone."""
-        gone = self._one(
-            "SELECT count(DISTINCT folder_digest) FROM staged.folder_sets WHERE folder_digest NOT IN "
-            "(SELECT folder_digest FROM folders UNION ALL SELECT folder_digest FROM staged.folders)"
-        )[0]
-        if gone:
-            raise CollectedMeanwhile(f"{gone} known kernel folders were garbage-collected during the ingest")
-        return [
-            r[0]
-            for r in self.con.execute(
-                "SELECT folder_digest FROM folders WHERE folder_digest IN (SELECT folder_digest FROM staged.folders)"
-            ).fetchall()
-        ]
-
-    def _update_snapshot_totals(self, sid: int) -> None:
-        self.con.execute(
-            """
-            UPDATE snapshots SET
-                kernel_count = (SELECT count(*) FROM kernels WHERE snapshot_id = $1),
-                triton_versions = coalesce((SELECT list(DISTINCT triton_version ORDER BY triton_version)
-                                   FROM kernels WHERE snapshot_id = $1 AND triton_version IS NOT NULL), []),
-                targets = coalesce((SELECT list(DISTINCT backend || ':' || arch || ':' || warp_size ORDER BY 1)
-                           FROM kernels WHERE snapshot_id = $1 AND backend IS NOT NULL), []),
-                problem_count = (SELECT count(*) FROM problems WHERE tag = (SELECT tag FROM snapshots WHERE snapshot_id = $1)),
-                stored_bytes = (SELECT coalesce(sum(stored_size), 0) FROM blobs
-                                WHERE hash IN (SELECT hash FROM files WHERE snapshot_id = $1))
-            WHERE snapshot_id = $1
-            """,
-            [sid],
         )
 
     def _delete_snapshot_rows(self, sid: int) -> None:
