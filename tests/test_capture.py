@@ -315,3 +315,10 @@ def test_removed_capture_turns_into_misses_not_failures(tmp_path):
     assert c["stale_index"] == 2 and c["puts"] == sum(1 for p in ref.rglob("*") if p.is_file()), c
     assert exported(home, "again", tmp_path / "export") == tree(ref)
     assert kdb(home, "verify").returncode == 0
+
+
+def test_capture_check_reads_the_installed_triton():
+    r = kdb({}, "capture", "check")
+    import triton
+
+    assert r.returncode == 0 and r.stdout.startswith(f"Triton {triton.__version__}: ") and "both work" in r.stdout, r

@@ -6,7 +6,6 @@ TRITON_CACHE_MANAGER (a `CacheManager` class) is read by `triton.runtime.cache.g
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 
@@ -33,21 +32,23 @@ class Hooks:
 
 
 def triton_hooks() -> Hooks:
-    try:
-        import triton
-        from triton.runtime import cache
-    except ImportError:
-        return Hooks(None, False, False)
-    sources = [inspect.getsource(cache)]
-    try:
-        from triton import knobs
+    """Read, not imported: a Triton that cannot be imported here (2.2 imports torch at once) still has its hooks."""
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
 
-        sources.append(inspect.getsource(knobs))
-    except ImportError:
-        pass
-    text = "\n".join(sources)
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return Hooks(None, False, False)
+    root = Path(next(iter(spec.submodule_search_locations)))
+    texts = [p.read_text(errors="replace") for p in (root / "runtime" / "cache.py", root / "knobs.py") if p.is_file()]
+    text = "\n".join(texts)
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
     return Hooks(
-        str(triton.__version__),
+        version,
         "TRITON_CACHE_MANAGER" in text,
-        hasattr(cache, "RemoteCacheManager") and "TRITON_REMOTE_CACHE_BACKEND" in text,
+        "class RemoteCacheManager" in text and "TRITON_REMOTE_CACHE_BACKEND" in text,
     )
