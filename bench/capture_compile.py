@@ -21,7 +21,9 @@ from pathlib import Path
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 
 
-def _build_module():
+def build_module():
+    """corpus/build.py as a module (its configs, stand-in driver and tensors); bench/capture_releases.py and
+    tests/test_capture.py load it through here too."""
     spec = importlib.util.spec_from_file_location("kdb_corpus_build", CORPUS / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -32,7 +34,7 @@ def _build_module():
 def main(spec_path: str) -> int:
     import triton
 
-    build = _build_module()
+    build = build_module()
     spec = json.loads(Path(spec_path).read_text())
     version = build.vtuple(triton.__version__.split("+")[0])
     if version >= (3, 0):

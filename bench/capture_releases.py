@@ -20,7 +20,6 @@ Writes bench/results/capture_releases.json (merged with earlier runs' cases) and
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -95,11 +94,9 @@ NOTES = [
 
 
 def corpus_build():
-    spec = importlib.util.spec_from_file_location("kdb_corpus_build", CORPUS / "build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from capture_compile import build_module  # bench/ is this script's folder
+
+    return build_module()
 
 
 def case_target(build, release: str, snapshot: str) -> tuple[str, object, int, list[dict], bool]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -35,12 +34,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.triton]
 
 
 def _configs(snapshot: str, count: int) -> list[dict]:
-    spec = importlib.util.spec_from_file_location("kdb_corpus_build_t", ROOT / "corpus" / "build.py")
-    assert spec is not None and spec.loader is not None
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    from capture_compile import build_module  # bench/ (tests/conftest.py puts it on the path)
+
     # the small elementwise kernels first: each compiles in well under a second
-    return build.configs_for(snapshot)[:count]
+    return build_module().configs_for(snapshot)[:count]
 
 
 def tree(root: Path) -> dict[str, str]:
