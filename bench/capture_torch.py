@@ -127,8 +127,12 @@ def scenario_check(scenario: str, work: Path, out: Path) -> dict:
         labels: dict[str, int] = {}
         for k in doc.get("kernels", []):
             labels[k["label"]] = labels.get(k["label"], 0) + 1
-        result[f"diff {a} {b}"] = {"rc": diff.returncode, "labels": labels, "summary": doc.get("summary"),
-                                   "err": diff.stderr[-500:]}
+        result[f"diff {a} {b}"] = {
+            "rc": diff.returncode,
+            "labels": labels,
+            "summary": doc.get("summary"),
+            "err": diff.stderr[-500:],
+        }
     exported = work / f"export-{scenario}"
     shutil.rmtree(exported, ignore_errors=True)
     exp = _kdb(home, "export", f"cap1-{scenario}", str(exported))
