@@ -128,6 +128,8 @@ class CacheManager:
         with open(grp, "rb") as f:
             names = group_names(f.read())
         found = {name: self.get_file(name) for name in names}
+        if any(path is None for path in found.values()):
+            return None  # all or nothing: a partial group made Triton fail (KeyError: 'hsaco'); a miss recompiles
         return {name: path for name, path in found.items() if path is not None}
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
@@ -151,7 +153,7 @@ class RemoteBackend(RemoteCacheBackend):
     its local folder and asks kdb for what it lacks (`get`) and gives kdb what it compiled (`put`)."""
 
     def get(self, filenames: list[str]) -> dict[str, bytes]:
-        out = {}
+        out: dict[str, bytes] = {}
         for name in filenames:
 
             def lookup(capture: Any, name: str = name) -> Any:
@@ -161,6 +163,8 @@ class RemoteBackend(RemoteCacheBackend):
             if found is not None:
                 with open(found, "rb") as f:
                     out[name] = f.read()
+        if len(filenames) > 1 and len(out) < len(filenames):
+            return {}  # a group's files: all or nothing (RemoteCacheManager uses whatever comes back)
         return out
 
     def put(self, filename: str, data: bytes) -> None:

@@ -117,18 +117,10 @@ class Capture:
         if path.exists():
             self._count("hits")
             return path
-        spooled = self.layout.spool / key / name
-        if spooled.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(spooled, path)
-            except FileExistsError:
-                pass
-            except OSError:  # gone to a commit meanwhile, or another file system: read it below or copy it
-                data = _read_or_none(spooled)
-                if data is not None:
-                    self._write_own(path, data)
-            if path.exists():
+        # Spooled, then being recorded (a commit moves the folder spool -> commit -> index, in that order): a
+        # file is always in one of the three places, whichever moment the lookup looks.
+        for waiting in (self.layout.spool / key / name, self.layout.commit / key / name):
+            if self._bring(waiting, path):
                 self._count("hits")
                 return path
         entry = self._index.get(key) or self.layout.read_index(key)
@@ -153,6 +145,21 @@ class Capture:
             self.adopted.add(key)
             self.layout.note_adopted(key, entry["folder_digest"])
         return path
+
+    def _bring(self, source: Path, path: Path) -> bool:
+        """Link (else copy) a spooled file into this process's folder; False when it is not there (any more)."""
+        if not source.exists():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, path)
+        except FileExistsError:
+            pass
+        except OSError:  # moved on meanwhile, or another file system: copy what can still be read
+            data = _read_or_none(source)
+            if data is not None:
+                self._write_own(path, data)
+        return path.exists()
 
     def _count(self, what: str) -> None:
         with self._lock:
