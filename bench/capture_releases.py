@@ -3,7 +3,8 @@
 compiles nothing, `kdb verify` passes — with TRITON_CACHE_MANAGER=kdb.capture:CacheManager and with
 Triton's RemoteCacheManager + TRITON_REMOTE_CACHE_BACKEND=kdb.capture:RemoteBackend.
 
-    nice python bench/capture_releases.py [--only 3.6.0 …] [--venvs DIR] [--work DIR]
+    nice python bench/capture_releases.py [--only 3.6.0 …] [--case t3.6.0-gfx942 …] [--only-concurrency]
+                                          [--no-concurrency] [--venvs DIR] [--work DIR]
 
 Per release and target (a corpus snapshot's configs: a few small kernels and a matmul), in fresh folders:
   1. reference: bench/capture_compile.py with TRITON_CACHE_DIR=D alone; D is kept as D.ref;
@@ -14,7 +15,15 @@ Per release and target (a corpus snapshot's configs: a few small kernels and a m
 Each release runs in its own venv (VENVS/t<version>: the wheel, no deps, and a .pth that appends this
 checkout, the host's site-packages and kdb's editable-install finder, so kdb and its deps come from the host
 without shadowing the venv's Triton); kdb runs inside as `VENV/bin/python -m kdb`. Also `kdb capture check` on every venv and on 2.2.0.
-Writes bench/results/capture_releases.json (merged with earlier runs' cases) and prints a markdown table.
+Concurrency phase (CacheManager), per release and target, after the above (alone: --only-concurrency):
+8 processes started at once, process i compiling configs[(i + j) % 6] for j in 0..3 (every config by 5 or 6
+of them), all with KDB_CAPTURE_TAG=T and KDB_CAPTURE_WAIT=60, once on a fresh local home (KDB_HOME) and once
+on a fresh shared one (KDB_CATALOG: a new database of one PostgreSQL server for the whole run, tests/pgserver.py;
+KDB_STORE: a fresh folder). After all exit: each rc 0 with no `kdb capture:` line on its stderr, Triton's
+folder never made, `kdb capture commit --tag T`, `kdb verify`, `kdb export T D` equal to the reference
+(a compile of the 6 with TRITON_CACHE_DIR=D alone), and T's snapshot holding each cache key once.
+Writes bench/results/capture_releases.json (merged with earlier runs' cases; the concurrency phase's under
+"concurrency") and prints markdown tables.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,6 +98,10 @@ NOTES = [
     "from FileCacheManager's in 3.0+ because RemoteCacheManager.put_group writes {'child_paths': sorted names} (2.3: "
     "the same format, so identical); kdb stores the FileCacheManager format, so the folder Triton fills from kdb in "
     "the second process (triton_dir_after_second_vs_reference) equals the reference",
+    "concurrency: 8 capture processes at once (CacheManager, tag T, KDB_CAPTURE_WAIT=60), process i compiling "
+    "configs[(i + j) % n] for j in 0..3; local: a fresh KDB_HOME; shared: a fresh PostgreSQL database as "
+    "KDB_CATALOG and a fresh KDB_STORE; seconds: from the first start to the last exit; rows: `SELECT count(*) n, "
+    "count(DISTINCT cache_key) d` of T's kernels, which must both equal the number of configs",
     "2.2.0: `import triton` imports torch (triton.common.build.is_hip at module level of triton/compiler/compiler.py); "
     "no torch wheel here, so the check runs once as is and once with a stub torch (version.hip=None) on PYTHONPATH",
 ]
@@ -322,6 +336,240 @@ def run_case(py: Path, release: str, snapshot: str, build, work_root: Path) -> d
     return case
 
 
+# -- concurrency ---------------------------------------------------------------------------------------
+CONC_PROCS, CONC_EACH, CONC_TAG, CONC_WAIT_S = 8, 4, "T", "60"
+
+
+def pg_server():
+    """One PostgreSQL server (tests/pgserver.py, loaded by path) with a database for every shared case."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kdb_tests_pgserver", ROOT / "tests" / "pgserver.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.find_bin_dir() is None:
+        raise SystemExit("PostgreSQL is not installed (initdb, pg_ctl, postgres): the shared cases need it")
+    module.DATABASES = max(module.DATABASES, len(CASES))  # made before the server starts, one per case
+    return module.PgServer().start()
+
+
+def subsets(configs: list[dict]) -> list[list[dict]]:
+    """What each of the processes compiles, in its order: configs[(i + j) % n] for j in 0..3."""
+    n = len(configs)
+    return [[configs[(i + j) % n] for j in range(min(CONC_EACH, n))] for i in range(CONC_PROCS)]
+
+
+def triton_variants(py: Path, spec: dict, env0: dict[str, str], work: Path, d: Path) -> dict[str, Path]:
+    """Triton alone (TRITON_CACHE_DIR=d) compiling each process's configs in its order, one process each: some
+    releases' files depend on what the process compiled before (3.2/3.3 NVIDIA: the .llir's target
+    datalayout), so a folder written by whichever process came first can equal one of these, not the reference."""
+    out: dict[str, Path] = {}
+    for i, subset in enumerate(subsets(spec["configs"])):
+        order = ",".join(c["config"] for c in subset)
+        if order in {k.split(":", 1)[1] for k in out}:
+            continue
+        compile_step(py, {**spec, "configs": subset}, {**env0, "TRITON_CACHE_DIR": str(d)}, work, f"variant{i}")
+        dest = work / f"D.variant{i}"
+        d.rename(dest) if d.exists() else dest.mkdir()
+        out[f"p{i}:{order}"] = dest
+    return out
+
+
+def explain(diff: list[str], export: Path, variants: dict[str, Path]) -> dict:
+    """For each file whose content differs from the reference's: the processes whose Triton-alone run wrote
+    exactly the exported bytes."""
+    found: dict[str, list[str]] = {}
+    for line in diff:
+        kind, _, name = line.partition(": ")
+        if kind != "content differs":
+            return {"all": False, "files": found, "unexplained": line}
+        data = (export / name).read_bytes()
+        found[name] = [
+            k.split(":", 1)[0] for k, v in variants.items() if (v / name).is_file() and (v / name).read_bytes() == data
+        ]
+    return {"all": all(found.values()), "files": found}
+
+
+def eight_at_once(
+    py: Path,
+    spec: dict,
+    env0: dict[str, str],
+    work: Path,
+    d: Path,
+    ref: Path,
+    home: dict[str, str],
+    variants: Callable[[], dict[str, Path]],
+) -> dict:
+    """d: the reference's TRITON_CACHE_DIR (group files name it), never made here; the export goes there."""
+    configs = spec["configs"]
+    n = len(configs)
+    env = {
+        **env0,
+        **MODES["CacheManager"],
+        **home,
+        "TRITON_CACHE_DIR": str(d),
+        "KDB_CAPTURE_TAG": CONC_TAG,
+        "KDB_CAPTURE_WAIT": CONC_WAIT_S,
+        "KDB_CAPTURE_STATS": str(work / "stats"),
+    }
+    kdb_env = {**env0, **home}
+    procs = []
+    for i, subset in enumerate(subsets(configs)):
+        results = work / f"p{i}.jsonl"
+        spec_path = work / f"p{i}.spec.json"
+        spec_path.write_text(json.dumps({**spec, "configs": subset, "results": str(results)}))
+        procs.append((i, subset, results, work / f"p{i}.err"))
+    started = time.monotonic()
+    running = []
+    for i, _subset, _results, err_path in procs:  # all spawned before any is waited for
+        with open(work / f"p{i}.out", "w") as out, open(err_path, "w") as err:
+            cmd = [str(py), str(ROOT / "bench" / "capture_compile.py"), str(work / f"p{i}.spec.json")]
+            running.append(subprocess.Popen(cmd, env=env, cwd=str(work), stdout=out, stderr=err))
+    ends = []
+    for p in running:
+        try:
+            rc = p.wait(timeout=max(1.0, STEP_TIMEOUT_S - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            p.kill()  # this script's own child
+            p.wait()
+            rc = 124
+        ends.append((rc, round(time.monotonic() - started, 1)))
+    elapsed = round(time.monotonic() - started, 1)
+
+    out: dict = {"seconds": elapsed, "processes": []}
+    for (_i, subset, results, err_path), (rc, end_s) in zip(procs, ends, strict=True):
+        err = err_path.read_text()
+        rows = [json.loads(ln) for ln in results.read_text().splitlines()] if results.exists() else []
+        out["processes"].append(
+            {
+                "rc": rc,
+                "exit_s": end_s,
+                "configs": len(subset),
+                "compiled": sum(1 for r in rows if "cache_key" in r),
+                "errors": {r["config"]: r["error"] for r in rows if "error" in r},
+                "kdb_capture_lines": [ln for ln in err.splitlines() if ln.startswith("kdb capture:")][:5],
+                "stderr": noteworthy({"rc": rc, "stderr": err}),
+            }
+        )
+    ps = out["processes"]
+    out["all_rc0"] = all(p["rc"] == 0 for p in ps)
+    out["all_compiled"] = all(p["compiled"] == p["configs"] for p in ps)
+    out["no_kdb_capture_lines"] = not any(p["kdb_capture_lines"] for p in ps)
+    out["triton_dir_made"] = d.exists()
+    shutil.rmtree(d, ignore_errors=True)
+    out["counters"] = counters(work / "stats")
+
+    commit = run([str(py), "-m", "kdb", "capture", "commit", "--tag", CONC_TAG], kdb_env, work)
+    out["commit"] = {"rc": commit["rc"], "stdout": commit["stdout"].strip()[-300:], "stderr": noteworthy(commit)}
+    ver = run([str(py), "-m", "kdb", "verify"], kdb_env, work)
+    out["verify"] = {"rc": ver["rc"], "stdout": ver["stdout"].strip().splitlines()[-3:], "stderr": noteworthy(ver)}
+    exp = run([str(py), "-m", "kdb", "export", CONC_TAG, str(d)], kdb_env, work)
+    out["export"] = {"rc": exp["rc"], "stderr": noteworthy(exp), **compare(ref, d)}
+    if exp["rc"] == 0 and not out["export"]["identical"]:
+        out["export"]["vs_triton_alone_per_process"] = explain(out["export"]["diff"], d, variants())
+    shutil.rmtree(d, ignore_errors=True)
+    # identical to the reference, or each differing file byte for byte one that Triton alone writes for a process
+    out["export_ok"] = exp["rc"] == 0 and (
+        out["export"]["identical"] or out["export"].get("vs_triton_alone_per_process", {}).get("all", False)
+    )
+    query = (
+        "SELECT count(*) AS n, count(DISTINCT cache_key) AS d FROM kernels k "
+        f"JOIN snapshots s USING (snapshot_id) WHERE s.tag = '{CONC_TAG}'"
+    )
+    sql = run([str(py), "-m", "kdb", "sql", query, "--format", "json"], kdb_env, work)
+    try:
+        rows = json.loads(sql["stdout"])
+    except ValueError:
+        rows = sql["stdout"][-300:]
+    out["rows"] = {"rc": sql["rc"], "result": rows, "stderr": noteworthy(sql)}
+    out["rows_ok"] = sql["rc"] == 0 and rows == [{"n": n, "d": n}]
+    out["ok"] = (
+        out["all_rc0"]
+        and out["all_compiled"]
+        and out["no_kdb_capture_lines"]
+        and not out["triton_dir_made"]
+        and not out["counters"]["broken"]
+        and out["commit"]["rc"] == 0
+        and out["verify"]["rc"] == 0
+        and out["export_ok"]
+        and out["rows_ok"]
+    )
+    return out
+
+
+def run_concurrency_case(py: Path, release: str, snapshot: str, build, work_root: Path, pg) -> dict:
+    backend, target, warp, configs, corpus = case_target(build, release, snapshot)
+    work = Path(tempfile.mkdtemp(prefix=f"c{release}-{backend}{target}-", dir=work_root))
+    env0 = base_env(work, backend)
+    spec = {"backend": backend, "target": target, "warp_size": warp, "configs": configs}
+    case: dict = {
+        "release": release,
+        "case": snapshot,
+        "backend": backend,
+        "target": target,
+        "corpus_snapshot": corpus,
+        "configs": [c["config"] for c in configs],
+        "work": str(work),
+    }
+    d, ref = work / "D", work / "D.ref"
+    reference = compile_step(py, spec, {**env0, "TRITON_CACHE_DIR": str(d)}, work, "reference")
+    d.rename(ref) if d.exists() else ref.mkdir()
+    case["reference"] = {k: reference[k] for k in ("rc", "seconds", "compiled", "errors", "stderr")}
+    case["reference"]["files"] = len(tree(ref))
+    homes = {
+        "local": lambda w: {"KDB_HOME": str(w / "home")},
+        "shared": lambda w: {"KDB_CATALOG": pg.catalog_url(pg.new_database()), "KDB_STORE": str(w / "store")},
+    }
+    made: dict[str, Path] = {}
+
+    def variants() -> dict[str, Path]:  # made once per case, only where an export differs from the reference
+        if not made:
+            made.update(triton_variants(py, spec, env0, work, d))
+        return made
+
+    case["homes"] = {}
+    for name, make in homes.items():
+        hw = work / name
+        hw.mkdir()
+        case["homes"][name] = eight_at_once(py, spec, env0, hw, d, ref, make(hw), variants)
+    case["kdb_tree"] = kdb_tree()
+    case["ok"] = reference["compiled"] == len(configs) > 0 and all(h["ok"] for h in case["homes"].values())
+    return case
+
+
+def concurrency_table(doc: dict) -> str:
+    rows = [
+        "| release | target | local ok | local s | shared ok | shared s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in doc.get("concurrency", []):
+        tgt = f"{case['backend']} {case['target']}" + ("" if case["corpus_snapshot"] else " (not in corpus)")
+        cells = []
+        for name in ("local", "shared"):
+            h = case["homes"].get(name, {})
+            mark = "yes" if h.get("ok") else "NO"
+            if h.get("ok") and not h["export"]["identical"]:
+                mark = "yes†"  # export = Triton alone in one process's config order, not the reference's
+            cells += [mark, str(h.get("seconds", "-"))]
+        rows.append(f"| {case['release']} | {tgt} | {' | '.join(cells)} |")
+    rows.append(
+        "\n† the export differs from the reference, each differing file byte for byte what Triton alone writes "
+        "when a process compiles its configs in that order (the file depends on what the process compiled before)"
+    )
+    return "\n".join(rows)
+
+
+def kdb_tree() -> dict:
+    """The checkout's commit, and kdb/ files changed from it (the kdb that ran)."""
+
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return p.stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"), "kdb_changed": git("status", "--porcelain", "--", "kdb").splitlines()}
+
+
 def capture_check(py: Path, extra_path: Path | None = None) -> dict:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
     if extra_path is not None:
@@ -370,14 +618,19 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "kdb-capture-releases")
     ap.add_argument("--keep", action="store_true", help="keep each case's folders")
     ap.add_argument("--no-check", action="store_true", help="skip the `kdb capture check` lines")
+    ap.add_argument("--case", action="append", help="case(s) to run, as CASES names them (t3.9.0-gfx942, sm90)")
+    ap.add_argument("--only-concurrency", action="store_true", help="run the concurrency phase alone")
+    ap.add_argument("--no-concurrency", action="store_true", help="skip the concurrency phase (no PostgreSQL)")
     args = ap.parse_args()
+    if args.only_concurrency and args.no_concurrency:
+        ap.error("--only-concurrency and --no-concurrency exclude each other")
     os.nice(10)
     build = corpus_build()
     args.work.mkdir(parents=True, exist_ok=True)
     doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"cases": [], "capture_check": {}}
     doc["notes"] = NOTES
-    wanted = [(r, s) for r, s in CASES if not args.only or r in args.only]
-    for release, snapshot in wanted:
+    wanted = [(r, s) for r, s in CASES if (not args.only or r in args.only) and (not args.case or s in args.case)]
+    for release, snapshot in [] if args.only_concurrency else wanted:
         py = ensure_venv(args.venvs, release)
         t0 = time.monotonic()
         case = run_case(py, release, snapshot, build, args.work)
@@ -391,7 +644,32 @@ def main() -> int:
         doc["cases"].sort(key=lambda c: ([int(x) for x in c["release"].split(".")], c["backend"] == "cuda"))
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    if not args.no_check:
+    if not args.no_concurrency:
+        pg = pg_server()  # one server for the whole run, a fresh database per shared case
+        try:
+            for release, snapshot in wanted:
+                py = ensure_venv(args.venvs, release)
+                t0 = time.monotonic()
+                case = run_concurrency_case(py, release, snapshot, build, args.work, pg)
+                case["seconds"] = round(time.monotonic() - t0, 1)
+                h = case["homes"]
+                print(
+                    f"{release} {snapshot} concurrency: ok={case['ok']} (local {h['local']['ok']} "
+                    f"{h['local']['seconds']} s, shared {h['shared']['ok']} {h['shared']['seconds']} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                conc = [c for c in doc.get("concurrency", []) if (c["release"], c["case"]) != (release, snapshot)]
+                conc.append(case)
+                if not args.keep:
+                    shutil.rmtree(case.pop("work"), ignore_errors=True)
+                conc.sort(key=lambda c: ([int(x) for x in c["release"].split(".")], c["backend"] == "cuda"))
+                doc["concurrency"] = conc
+                RESULTS.parent.mkdir(parents=True, exist_ok=True)
+                RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        finally:
+            pg.stop()
+    if not args.no_check and not args.only_concurrency:
         checks = doc.setdefault("capture_check", {})
         for release in sorted({r for r, _ in wanted}, key=lambda v: [int(x) for x in v.split(".")]):
             checks[release] = capture_check(ensure_venv(args.venvs, release))
@@ -400,7 +678,11 @@ def main() -> int:
             checks["2.2.0 (no torch)"] = capture_check(py22)
             checks["2.2.0 (torch stub)"] = capture_check(py22, torch_stub(args.work))
         RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    print(table(doc))
+    if not args.only_concurrency:
+        print(table(doc))
+    if doc.get("concurrency") and not args.no_concurrency:
+        print()
+        print(concurrency_table(doc))
     return 0
 
 
