@@ -298,14 +298,16 @@ def run_mode(py: Path, mode: str, spec: dict, env0: dict[str, str], work: Path, 
     return out
 
 
-def run_case(py: Path, release: str, snapshot: str, build, work_root: Path) -> dict:
+def start_case(py: Path, release: str, snapshot: str, build, work_root: Path, prefix: str, name: dict) -> tuple:
+    """A case's folder, environment, spec and record, and its reference: the configs compiled with
+    TRITON_CACHE_DIR alone (kept as D.ref). Returns (work, env0, spec, case, ref, reference)."""
     backend, target, warp, configs, corpus = case_target(build, release, snapshot)
-    work = Path(tempfile.mkdtemp(prefix=f"t{release}-{backend}{target}-", dir=work_root))
+    work = Path(tempfile.mkdtemp(prefix=f"{prefix}{release}-{backend}{target}-", dir=work_root))
     env0 = base_env(work, backend)
     spec = {"backend": backend, "target": target, "warp_size": warp, "configs": configs}
     case: dict = {
         "release": release,
-        "snapshot": snapshot if corpus else None,
+        **name,
         "backend": backend,
         "target": target,
         "corpus_snapshot": corpus,
@@ -317,6 +319,13 @@ def run_case(py: Path, release: str, snapshot: str, build, work_root: Path) -> d
     d.rename(ref) if d.exists() else ref.mkdir()
     case["reference"] = {k: reference[k] for k in ("rc", "seconds", "compiled", "errors", "stderr")}
     case["reference"]["files"] = len(tree(ref))
+    return work, env0, spec, case, ref, reference
+
+
+def run_case(py: Path, release: str, snapshot: str, build, work_root: Path) -> dict:
+    corpus = case_target(build, release, snapshot)[4]
+    name = {"snapshot": snapshot if corpus else None}
+    work, env0, spec, case, ref, reference = start_case(py, release, snapshot, build, work_root, "t", name)
     case["modes"] = [run_mode(py, mode, spec, env0, work, ref, reference["keys"]) for mode in MODES]
     case["ok"] = (
         all(
@@ -499,24 +508,10 @@ def eight_at_once(
 
 
 def run_concurrency_case(py: Path, release: str, snapshot: str, build, work_root: Path, pg) -> dict:
-    backend, target, warp, configs, corpus = case_target(build, release, snapshot)
-    work = Path(tempfile.mkdtemp(prefix=f"c{release}-{backend}{target}-", dir=work_root))
-    env0 = base_env(work, backend)
-    spec = {"backend": backend, "target": target, "warp_size": warp, "configs": configs}
-    case: dict = {
-        "release": release,
-        "case": snapshot,
-        "backend": backend,
-        "target": target,
-        "corpus_snapshot": corpus,
-        "configs": [c["config"] for c in configs],
-        "work": str(work),
-    }
-    d, ref = work / "D", work / "D.ref"
-    reference = compile_step(py, spec, {**env0, "TRITON_CACHE_DIR": str(d)}, work, "reference")
-    d.rename(ref) if d.exists() else ref.mkdir()
-    case["reference"] = {k: reference[k] for k in ("rc", "seconds", "compiled", "errors", "stderr")}
-    case["reference"]["files"] = len(tree(ref))
+    work, env0, spec, case, ref, reference = start_case(
+        py, release, snapshot, build, work_root, "c", {"case": snapshot}
+    )
+    d, configs = work / "D", spec["configs"]
     homes = {
         "local": lambda w: {"KDB_HOME": str(w / "home")},
         "shared": lambda w: {"KDB_CATALOG": pg.catalog_url(pg.new_database()), "KDB_STORE": str(w / "store")},
