@@ -266,6 +266,7 @@ def test_catalog_held_too_long_defers_the_commit_and_loses_nothing(tmp_path):
     assert len(lines) == 3
     said = [line for line in err.splitlines() if line.startswith("kdb capture:")]
     assert len(said) == 1 and "stay spooled" in said[0], err
+    assert "; 3 folders stay spooled" in said[0], said  # counted where the busy commit left them
     status = kdb(home, "capture", "status", "--tag", "busy")
     assert "3 whole folders wait to be recorded" in status.stdout, status.stdout
     r = kdb(home, "capture", "commit", "--tag", "busy")

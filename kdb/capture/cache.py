@@ -353,7 +353,7 @@ def _at_exit() -> None:
     try:
         capture.finish()
     except CatalogBusy as exc:
-        left = sum(1 for _ in capture.layout.whole_folders())
+        left = len(capture.layout.waiting())  # a busy commit moved them to the commit folder first
         print(f"kdb capture: {exc}; {left} folders stay spooled for the next commit", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001 - at exit too: say it, never raise into the interpreter's shutdown
         print(f"kdb capture: recording failed ({type(exc).__name__}: {exc}); the files stay spooled", file=sys.stderr)

@@ -145,6 +145,12 @@ class SpoolLayout:
             if any(n.startswith(GROUP_PREFIX) for n in names) or not any(is_kernel_file(n) for n in names):
                 yield folder
 
+    def waiting(self) -> set[str]:
+        """Cache keys whose compile finished and that no commit recorded yet: whole in the spool, or left in the
+        commit folder by a commit that could not finish (catalog busy, process killed)."""
+        interrupted = {p.name for p in self.commit.iterdir()} if self.commit.is_dir() else set()
+        return {p.name for p in self.whole_folders()} | interrupted
+
     def take_adopted(self) -> list[tuple[str, str]]:
         """The adoption log's entries, moved to a `.taking` file that the commit removes when it succeeded (a
         commit that failed leaves it, and the next one takes it with whatever was logged since)."""

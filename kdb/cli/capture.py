@@ -94,11 +94,9 @@ def status(tag: TagOpt = None) -> None:
     layout = SpoolLayout(capture_root(state.home), _tag(tag))
     spooled = sorted(p.name for p in layout.spool.iterdir()) if layout.spool.is_dir() else []
     whole = {p.name for p in layout.whole_folders()}
-    # a commit that could not finish (catalog busy, process killed) leaves its folders for the next one
-    interrupted = {p.name for p in layout.commit.iterdir()} if layout.commit.is_dir() else set()
     index = layout.root / "index"
     served = sum(1 for _ in index.glob("*/*.json")) if index.is_dir() else 0
     _out(
-        f"{layout.tag}: {len(whole | interrupted)} whole folders wait to be recorded, "
+        f"{layout.tag}: {len(layout.waiting())} whole folders wait to be recorded, "
         f"{len(spooled) - len(whole)} still being written; the index serves {served} folders (all tags)\n"
     )
