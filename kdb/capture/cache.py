@@ -14,7 +14,6 @@ recorded by the next commit of any process (or `kdb capture commit`): nothing pu
 from __future__ import annotations
 
 import atexit
-import fcntl
 import os
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Any, TypeVar
 from kdb.capture.spool import GROUP_PREFIX, SpoolLayout, check_name
 from kdb.errors import CatalogBusy, IntegrityError, KdbError
 from kdb.store.home import Home, resolve_home, resolve_shared
+from kdb.store.lock import write_lock
 
 T = TypeVar("T")
 CAPTURE_DIR = "capture"
@@ -210,7 +210,7 @@ class Capture:
 
         layout = self.layout
         layout.lock.parent.mkdir(parents=True, exist_ok=True)
-        with _flock(layout.lock, wait_s):
+        with write_lock(layout.lock, wait_s):  # the home's writer lock, on the tag's own lock file
             layout.commit.mkdir(parents=True, exist_ok=True)
             for folder in list(layout.whole_folders()):
                 target = layout.commit / folder.name
@@ -275,27 +275,6 @@ def _read_or_none(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
-
-
-class _flock:
-    def __init__(self, path: Path, wait_s: float) -> None:
-        self.path, self.wait_s = path, wait_s
-
-    def __enter__(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(self.fd)
-                    raise CatalogBusy(f"another process is recording this capture ({self.path.name})") from None
-                time.sleep(0.05)
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
 
 
 # -- the process's one capture, and what happens when kdb fails ----------------------------------------
