@@ -302,15 +302,16 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     con.execute("DROP TABLE autotune_result_sets")
     con.execute("ALTER TABLE snapshots DROP COLUMN kernel_module_set")
     con.execute("ALTER TABLE snapshots DROP COLUMN autotune_result_set")
+    back_to_011_layout(con)  # what 012 changed
     con.execute("DROP VIEW instr_mix_by_loop")  # and what 010 added
     con.execute("DROP TABLE instr_mix_loop_counts")
     for column in MIGRATION_010_COLUMNS:
         con.execute(f"ALTER TABLE kernel_analysis DROP COLUMN {column}")
-    con.execute("DELETE FROM schema_migrations WHERE version IN (9, 10)")  # 011 and later keep theirs
+    con.execute("DELETE FROM schema_migrations WHERE version IN (9, 10)")  # 011 keeps its own
     assert con.execute("SELECT count(*) FROM kernel_modules").fetchone()[0] == 2 * links["kernel_modules"]
     con.close()
     with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 009
-        assert {9, 10} <= {v for v, _ in catalog.applied_migrations()}
+        assert {9, 10, 12} <= {v for v, _ in catalog.applied_migrations()}
         # the two snapshots held the same links: one set of each
         for table, name in (("kernel_module_sets", "kernel_modules"), ("autotune_result_sets", "autotune_results")):
             assert catalog.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == links[name]
@@ -356,6 +357,7 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     # the 009-era layout: no loop table, columns or view; the kernels view as 009 wrote it
     migration = next(text for version, _, text in schema_files() if version == 9)
     con = duckdb.connect(str(home / "catalog.duckdb"))
+    back_to_011_layout(con)  # 012 comes after 010: undone first, applied again on open
     con.execute("DROP VIEW instr_mix_by_loop")
     con.execute("DROP VIEW kernels")
     con.execute("DROP TABLE instr_mix_loop_counts")
@@ -364,8 +366,8 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     con.execute(migration[migration.index("CREATE VIEW kernels AS") :])
     con.execute("DELETE FROM schema_migrations WHERE version = 10")
     con.close()
-    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 010
-        assert 10 in {v for v, _ in catalog.applied_migrations()}
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 010 (and 012)
+        assert {10, 12} <= {v for v, _ in catalog.applied_migrations()}
     upgraded = kdb(capsys, home, "sql", figures, "--format", "json").json()
     assert [r["cache_key"] for r in upgraded] == [r["cache_key"] for r in fresh]
     assert all(r[c] is None for r in upgraded for c in MIGRATION_010_COLUMNS)
@@ -374,3 +376,63 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     assert kdb(capsys, home, "sql", figures, "--format", "json").json() == fresh
     assert kdb(capsys, home, "sql", by_loop, "--format", "json").json() == fresh_rows
     assert kdb(capsys, home, "verify").code == 0
+
+
+# migration 012: the row tables it turned into lists (views of the old names stay), and the digest-keyed
+# tables that lost their PRIMARY KEY
+LISTED = {
+    "instr_mix_counts": "instr_mix_lists",
+    "source_line_counts": "source_line_lists",
+    "instr_mix_loop_counts": "instr_mix_loop_lists",
+}
+UNKEYED = ("blobs", "folders", "folder_files", "folder_sets", "file_stats", "kernel_folders", "kernel_analysis")
+
+
+def back_to_011_layout(con: duckdb.DuckDBPyConnection) -> None:
+    """Turn a current catalog into the layout 011 left: row tables instead of lists, the PRIMARY KEY of
+    blobs (the others 012 drops are rebuilt the same way by it), migration 012 not recorded."""
+    for rows, lists in LISTED.items():
+        con.execute(f"CREATE TABLE {rows}_011 AS SELECT * FROM {rows}")
+        con.execute(f"DROP VIEW {rows}")
+        con.execute(f"DROP TABLE {lists}")
+        con.execute(f"ALTER TABLE {rows}_011 RENAME TO {rows}")
+    con.execute("CREATE TABLE blobs_011 (hash VARCHAR PRIMARY KEY, size BIGINT NOT NULL, stored_size BIGINT NOT NULL)")
+    con.execute("INSERT INTO blobs_011 SELECT * FROM blobs")
+    con.execute("DROP TABLE blobs")
+    con.execute("ALTER TABLE blobs_011 RENAME TO blobs")
+    con.execute("DELETE FROM schema_migrations WHERE version = 12")
+
+
+def test_migration_012_keeps_every_view_and_drops_the_digest_indexes(capsys, ingested_copy):
+    """A catalog of the 011 layout upgrades to lists and unkeyed tables with every view reading the same
+    rows, `kdb verify` clean, and the next ingest of the same cache recording the same analysis."""
+    names = [n for n in ("t3.4.0-gfx942", "t3.4.0-sm90") if n in load_manifest()["snapshots"]]
+    home = ingested_copy([(name, name) for name in names])
+    views = ("instr_mix", "source_lines", "instr_mix_by_loop", "ptx_mix", "kernels", *LISTED)
+    queries = {v: f"SELECT * FROM {v} ORDER BY ALL" for v in views}
+    fresh = {v: kdb(capsys, home, "sql", q, "--format", "json").json() for v, q in queries.items()}
+    assert all(fresh[v] for v in ("instr_mix", "source_lines", "instr_mix_by_loop", "ptx_mix", *LISTED))
+    con = duckdb.connect(str(home / "catalog.duckdb"))
+    back_to_011_layout(con)
+    assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'blobs'").fetchone()[0] >= 1
+    old = {v: con.execute(q).fetchall() for v, q in queries.items()}
+    con.close()
+    with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 012
+        assert 12 in {v for v, _ in catalog.applied_migrations()}
+        kinds = dict(catalog.con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+        keyed = catalog.con.execute(
+            "SELECT DISTINCT table_name FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
+        ).fetchall()
+    assert {v: kinds[v] for v in LISTED} == dict.fromkeys(LISTED, "VIEW")
+    assert {kinds[t] for t in LISTED.values()} == {"BASE TABLE"}
+    assert not set(UNKEYED) & {t for (t,) in keyed}
+    upgraded = {v: kdb(capsys, home, "sql", q, "--format", "json").json() for v, q in queries.items()}
+    assert upgraded == fresh
+    assert sum(len(rows) for rows in old.values()) == sum(len(rows) for rows in fresh.values())
+    assert kdb(capsys, home, "verify").code == 0
+    # one row of lists per folder and source: as many as the old rows' distinct (folder, source) pairs
+    con = duckdb.connect(str(home / "catalog.duckdb"), read_only=True)
+    for rows, lists in LISTED.items():
+        pairs = con.execute(f"SELECT count(*) FROM (SELECT DISTINCT folder_digest, source FROM {rows})").fetchone()
+        assert con.execute(f"SELECT count(*) FROM {lists}").fetchone() == pairs
+    con.close()

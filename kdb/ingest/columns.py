@@ -3,6 +3,8 @@ them against the schema)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kdb.analysis.folder import TABLE_COLUMNS
 
 BLOB_COLUMNS = ["hash", "size", "stored_size"]
@@ -66,6 +68,57 @@ AUTOTUNE_COLUMNS = [
 ]
 # migration 007: the ingested directory's file metadata (the host and directory are the snapshot's)
 FILE_STAT_COLUMNS = ["path", "size", "mtime_ns", "ino", "hash"]
+# migration 012: the analysis's per-instruction-kind rows are stored as one row of lists per folder and
+# source (the old tables are views over these). analysis row table -> (list table, key columns,
+# [(row column, list column)]).
+LIST_TABLES: dict[str, tuple[str, list[str], list[tuple[str, str]]]] = {
+    "instr_mix_counts": (
+        "instr_mix_lists",
+        ["folder_digest", "source"],
+        [("mnemonic", "mnemonics"), ("grp", "grps"), ("count", "counts")],
+    ),
+    "source_line_counts": (
+        "source_line_lists",
+        ["folder_digest", "source"],
+        [("file", "files"), ("line", "lines"), ("grp", "grps"), ("count", "counts")],
+    ),
+    "instr_mix_loop_counts": (
+        "instr_mix_loop_lists",
+        ["folder_digest", "source"],
+        [("loop_depth", "loop_depths"), ("mnemonic", "mnemonics"), ("grp", "grps"), ("count", "counts")],
+    ),
+}
+# The analysis tables as the catalog stores them.
+CATALOG_ANALYSIS_COLUMNS: dict[str, list[str]] = {}
+for _table, _columns in TABLE_COLUMNS.items():
+    if _table in LIST_TABLES:
+        _name, _keys, _lists = LIST_TABLES[_table]
+        CATALOG_ANALYSIS_COLUMNS[_name] = _keys + [plural for _, plural in _lists]
+    else:
+        CATALOG_ANALYSIS_COLUMNS[_table] = _columns
+
+
+def compact_rows(rows: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """An analysis's rows as the catalog stores them: the rows of each LIST_TABLES table become one row per
+    key (folder and source), its lists in the rows' order; every other table's rows are kept as they are."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for table, table_rows in rows.items():
+        if table not in LIST_TABLES:
+            out[table] = table_rows
+            continue
+        name, keys, lists = LIST_TABLES[table]
+        grouped: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for row in table_rows:
+            key = tuple(row[k] for k in keys)
+            target = grouped.get(key)
+            if target is None:
+                target = grouped[key] = {**dict(zip(keys, key, strict=True)), **{plural: [] for _, plural in lists}}
+            for column, plural in lists:
+                target[plural].append(row[column])
+        out[name] = list(grouped.values())
+    return out
+
+
 # Rows an ingest stages (kdb/store/staging.py) before one transaction moves them into the catalog.
 STAGED_COLUMNS: dict[str, list[str]] = {
     "blobs": BLOB_COLUMNS,
@@ -79,5 +132,5 @@ STAGED_COLUMNS: dict[str, list[str]] = {
     "kernel_modules": KERNEL_MODULE_COLUMNS,
     "autotune_results": AUTOTUNE_COLUMNS,
     "file_stats": FILE_STAT_COLUMNS,
-    **TABLE_COLUMNS,
+    **CATALOG_ANALYSIS_COLUMNS,
 }

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kdb.analysis.folder import ANALYSIS_TABLES, TABLE_COLUMNS, analyze_folder
+from kdb.analysis.folder import analyze_folder
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions, FolderFile
-from kdb.ingest.columns import KERNEL_COLUMNS
+from kdb.ingest.columns import CATALOG_ANALYSIS_COLUMNS, KERNEL_COLUMNS, compact_rows
 from kdb.ingest.snapshot import FLUSH_ROWS, flush
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import BlobStore
@@ -15,7 +15,7 @@ from kdb.store.staging import Staging
 # Tables `kdb reindex` rebuilds for every kernel folder it analyses.
 REINDEX_COLUMNS: dict[str, list[str]] = {
     "kernel_folders": KERNEL_COLUMNS,
-    **{t: TABLE_COLUMNS[t] for t in ANALYSIS_TABLES},
+    **CATALOG_ANALYSIS_COLUMNS,
 }
 
 
@@ -63,6 +63,6 @@ def _analyse(
     result = analyze_folder(cache_key, digest, next(f for f in files if f.rel == json_file.rel), files, options)
     if result.kernel is not None:
         tables["kernel_folders"].add(**result.kernel)
-    for table, rows in result.rows.items():
+    for table, rows in compact_rows(result.rows).items():
         for row in rows:
             tables[table].add(**row)

@@ -52,6 +52,8 @@ class IngestSummary:
     notes: dict[str, int] = field(default_factory=dict)
     # files whose size, mtime and inode matched the last ingest of the directory: not read again
     files_unchanged: int = 0
+    # seconds spent in each phase (walking, reading the catalog, storing and analysing, …), in order
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def validate_tag(tag: str) -> str:
@@ -94,8 +96,9 @@ def ingest(
     (else create it), plus these (cache_key, folder_digest) pairs the catalog already holds."""
     validate_tag(tag)
     started = time.monotonic()
-    if phase:
-        phase("walking")
+    timed = _PhaseClock(phase)
+    phase = timed
+    phase("walking")
     walk = walk_cache(source)
     if progress:
         progress(0, len(walk.files), 0, sum(f.size for f in walk.files))
@@ -121,7 +124,7 @@ def ingest(
                 lock_wait_s,
                 options,
                 rehash,
-                phase or _no_phase,
+                phase,
                 append,
             )
             break
@@ -143,6 +146,7 @@ def ingest(
         links={kind: dict(counts) for kind, counts in links.links.items()},
         notes=notes,
         files_unchanged=totals.get("files_unchanged", 0),
+        phase_seconds=timed.finish(),
     )
 
 
@@ -221,8 +225,32 @@ def _ingest_once(
     return recorded, problem_list, totals, links, dict(sorted(seen.notes.items()))
 
 
-def _no_phase(name: str) -> None:
-    pass
+class _PhaseClock:
+    """The phase callback the ingest calls: tells the caller's callback, and times each phase (a phase
+    entered again, as on a retry, adds to its total)."""
+
+    def __init__(self, tell: Callable[[str], None] | None) -> None:
+        self.tell = tell
+        self.seconds: dict[str, float] = {}
+        self.current: str | None = None
+        self.since = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        self._close()
+        self.current = name
+        if self.tell:
+            self.tell(name)
+
+    def _close(self) -> None:
+        now = time.monotonic()
+        if self.current is not None:
+            self.seconds[self.current] = round(self.seconds.get(self.current, 0.0) + now - self.since, 3)
+        self.since = now
+
+    def finish(self) -> dict[str, float]:
+        self._close()
+        self.current = None
+        return dict(self.seconds)
 
 
 @dataclass

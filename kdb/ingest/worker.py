@@ -17,6 +17,7 @@ from typing import Any
 
 from kdb.analysis.folder import FolderJob, analyze_folders
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile
+from kdb.ingest.columns import compact_rows
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
 
@@ -166,6 +167,7 @@ def _store_groups(
         _store_group(store_root, key, files, max_bytes, analyze, known, jobs) for (key, files, analyze), known in batch
     ]
     for (out, _), analysis in zip(jobs, analyze_folders([job for _, job in jobs], options), strict=True):
+        analysis.rows = compact_rows(analysis.rows)  # as the catalog stores them: fewer rows to pickle and stage
         out.analysis = analysis
     return results
 

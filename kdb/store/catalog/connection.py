@@ -42,6 +42,10 @@ JSON_LOAD_MIN_ROWS = 2000  # below this, binding parameters is as fast as writin
 # DuckDB's limit while its JSON reader loads one table's rows (the staging file's one thread needs 40 MB;
 # the 128 MB a thread per core needed let the loads make the ingest's parent up to 70 MB larger at 10k kernels)
 JSON_LOAD_MEMORY = "64MB"
+# DuckDB's limit while the CHECKPOINT after such a load writes the table's row groups: a checkpoint pins a
+# block per column segment it compresses, and under 64 MB it failed to pin one on the real H100 mlp Inductor
+# cache (372 kernels, once loop rows were staged). The pages it writes are evictable once it ends.
+CHECKPOINT_MEMORY = "256MB"
 
 MIGRATIONS_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -161,6 +165,7 @@ def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[s
         path.unlink(missing_ok=True)
         # written out while the higher limit holds: back under the low one, DuckDB must be able to evict
         # what the load cached, or its next automatic checkpoint fails to pin a block (seen at 10k kernels)
+        con.execute(f"SET memory_limit = '{CHECKPOINT_MEMORY}'")
         con.execute("CHECKPOINT")
         if limit is not None:
             con.execute(f"SET memory_limit = {literal(str(limit[0]))}")
