@@ -183,3 +183,17 @@ def test_show_refuses_a_key_prefix_that_several_kernels_share(ingested):
     assert proc.returncode == 2 and "ambiguous" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     one = _kdb(home, "show", tag, "--kernel", keys[0][: len("triton/0/") + 8])
     assert one.returncode == 0 and keys[0] in one.stdout, one.stderr
+
+
+@pytest.mark.nvidia_tools
+def test_the_largest_real_caches_ingest_whole_with_sass(ingested, tmp_path):
+    """With SASS (the default), loop rows included, the real caches ingest whole: the staging file's checkpoint
+    once failed to pin a block under its 64 MB limit on mlp_train_maxautotune (exit 7, nothing recorded)."""
+    root, _, summaries = ingested
+    home = tmp_path / "home"
+    for name in ("mlp_train_maxautotune", "resnet18_infer_maxautotune"):
+        r = _kdb(home, "ingest", str(root / name), "--tag", name, "--format", "json", "-j", "2")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["kernels"] == summaries[name]["kernels"] > 0
+        rows = _sql(home, f"SELECT instr_source, count(*) AS n FROM kernels WHERE tag = '{name}' GROUP BY ALL")
+        assert rows == [{"instr_source": "sass", "n": summaries[name]["kernels"]}]
