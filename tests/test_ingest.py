@@ -115,7 +115,7 @@ def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_p
 
 @pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_path, capsys, monkeypatch):
-    """Tables of 2,000+ rows are loaded through DuckDB's JSON reader instead of bound parameters (faster):
+    """Tables of 10,000+ values are loaded through DuckDB's JSON reader instead of bound parameters (faster):
     every row of every table equals what the parameter path stores, on a real cache (AMD and NVIDIA)."""
     from kdb.store.catalog import connection
 
@@ -129,9 +129,9 @@ def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_
 
     monkeypatch.setattr(connection, "_insert_via_json", spy)
     homes = {}
-    threshold_json = connection.JSON_LOAD_MIN_ROWS
+    threshold_json = connection.JSON_LOAD_MIN_VALUES
     for path_name, threshold in (("json", threshold_json), ("params", 10**12)):
-        monkeypatch.setattr(connection, "JSON_LOAD_MIN_ROWS", threshold)
+        monkeypatch.setattr(connection, "JSON_LOAD_MIN_VALUES", threshold)
         homes[path_name] = tmp_path / path_name
         for name in (AMD_PAIR, "t3.6.0-sm80"):
             assert kdb(capsys, homes[path_name], "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
@@ -144,7 +144,7 @@ def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_
             "SELECT table_name FROM duckdb_tables() WHERE database_name = 'json' AND table_name <> 'snapshots'"
         ).fetchall()
     ]
-    assert ("instr_mix_counts", True) in loaded and all(ok for _, ok in loaded)  # taken, and never fell back
+    assert ("instr_mix_lists", True) in loaded and all(ok for _, ok in loaded)  # taken, and never fell back
     for table in tables:
         ignore = " EXCLUDE (applied_at)" if table == "schema_migrations" else ""
         for a, b in (("json", "params"), ("params", "json")):

@@ -38,7 +38,9 @@ BLOCK_SIZE = 16384
 BUSY_POLL_S = 0.2
 T = TypeVar("T")
 WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
-JSON_LOAD_MIN_ROWS = 2000  # below this, binding parameters is as fast as writing and reading a file
+# Below this many values (list elements counted one by one), binding parameters is as fast as writing and
+# reading a file; DuckDB 1.5 tries `import pandas` ~4 times per bound value, list elements included.
+JSON_LOAD_MIN_VALUES = 10000
 # DuckDB's limit while its JSON reader loads one table's rows (the staging file's one thread needs 40 MB;
 # the 128 MB a thread per core needed let the loads make the ingest's parent up to 70 MB larger at 10k kernels)
 JSON_LOAD_MEMORY = "64MB"
@@ -124,7 +126,7 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
     only on a connection outside any transaction (an ingest's staging file): the load ends with a CHECKPOINT."""
     if not len(table):
         return
-    if via_json and len(table) >= JSON_LOAD_MIN_ROWS and _insert_via_json(con, table, types):
+    if via_json and _value_count(table) >= JSON_LOAD_MIN_VALUES and _insert_via_json(con, table, types):
         return
     selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
     cols = ", ".join(table.columns)
@@ -132,6 +134,16 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
         f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM (SELECT {selects})",
         [table.data[c] for c in table.columns],
     )
+
+
+def _value_count(table: Table) -> int:
+    """Values a parameter binding would convert: one per cell, one per element of a list cell."""
+    count = 0
+    for column in table.data.values():
+        count += len(column)
+        if any(isinstance(v, list) for v in column[:1]):
+            count += sum(len(v) for v in column if v)
+    return count
 
 
 def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> bool:
