@@ -40,6 +40,14 @@ def tar_zstd_seconds(cache: Path, out: Path) -> tuple[float, int]:
     return time.perf_counter() - started, out.stat().st_size
 
 
+def _phases(stdout: str) -> dict[str, float]:
+    """The ingest's own phase timings (`kdb ingest --format json`: phase_seconds)."""
+    try:
+        return json.loads(stdout[stdout.index("{") :]).get("phase_seconds", {})
+    except ValueError:
+        return {}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", type=int, default=10000)
@@ -75,7 +83,8 @@ def main() -> int:
             shutil.rmtree(home, ignore_errors=True)
             env = {**os.environ, "KDB_HOME": str(home)}
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cmd = kdb + ["ingest", str(cache), "--tag", "a", "-q", "-j", str(n)] + ([] if args.sass else ["--no-sass"])
+            cmd = kdb + ["ingest", str(cache), "--tag", "a", "-q", "-j", str(n), "--format", "json"]
+            cmd += [] if args.sass else ["--no-sass"]
             r = run(f"kdb ingest -j {n} #{i + 1}", cmd, env)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -86,8 +95,9 @@ def main() -> int:
                 "tree_pss_mb": r.tree_pss / 1e6,
                 "rc": r.rc,
                 "store_mb": store_bytes(home)[0] / 1e6,
+                "phase_seconds": _phases(r.stdout),
             }
-            print(f"  -j {n}: {r.seconds:.1f} s wall, {cpu:.1f} s CPU, rc {r.rc}", flush=True)
+            print(f"  -j {n}: {r.seconds:.1f} s wall, {cpu:.1f} s CPU, rc {r.rc}, {row['phase_seconds']}", flush=True)
             if best is None or row["seconds"] < best["seconds"]:
                 best = row
         rows.append(best)

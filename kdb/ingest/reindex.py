@@ -5,7 +5,7 @@ from __future__ import annotations
 from kdb.analysis.folder import analyze_folder
 from kdb.analysis.model import DEFAULT_OPTIONS, AnalysisOptions, FolderFile
 from kdb.ingest.columns import CATALOG_ANALYSIS_COLUMNS, KERNEL_COLUMNS, compact_rows
-from kdb.ingest.snapshot import FLUSH_ROWS, flush
+from kdb.ingest.snapshot import FLUSH_CHECK_EVERY, flush, flush_if_large
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import Catalog, Table
@@ -37,10 +37,10 @@ def reindex(
         staging = Staging(home.staging_path, catalog.staging_schema(REINDEX_COLUMNS))
         try:
             tables = {name: Table(name, columns) for name, columns in REINDEX_COLUMNS.items()}
-            for digest, cache_key in sorted(digests.items()):
+            for analysed, (digest, cache_key) in enumerate(sorted(digests.items()), 1):
                 _analyse(catalog, store, digest, cache_key, options, tables)
-                if sum(len(t) for t in tables.values()) >= FLUSH_ROWS:
-                    flush(staging, tables)
+                if analysed % FLUSH_CHECK_EVERY == 0:
+                    flush_if_large(staging, tables)
             flush(staging, tables)
             staging.close()
             catalog.replace_folder_rows(sorted(digests), staging.path, list(REINDEX_COLUMNS))

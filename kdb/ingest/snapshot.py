@@ -24,14 +24,19 @@ from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link
 from kdb.ingest.training import train_missing
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
 from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
-from kdb.store.catalog import Catalog, Table
+from kdb.store.catalog import JSON_LOAD_MIN_VALUES, Catalog, Table, value_count
 from kdb.store.home import Home
 from kdb.store.staging import Staging
 
 # Real Triton artifacts are at most a few MB; a file this large is not one of them.
 DEFAULT_MAX_FILE_BYTES = 1 << 30
-# Rows held in memory before they are spilled to the staging file.
-FLUSH_ROWS = 50_000
+# Values (a list cell's elements counted one by one) held in memory before they are spilled to the staging
+# file, ~1,300 kernels' rows (2,000 kernels measured: the parent peaked at 252 MB RSS; 240 MB with a quarter
+# of it, whose 4x as many JSON loads cost 6 s more), checked every FLUSH_CHECK_EVERY folders. A mid-run
+# spill takes only the tables big enough for DuckDB's JSON reader (connection.JSON_LOAD_MIN_VALUES); the
+# others wait for the last one.
+FLUSH_VALUES = 1_000_000
+FLUSH_CHECK_EVERY = 32
 
 
 @dataclass(frozen=True)
@@ -348,7 +353,8 @@ def _store_and_stage(
     total_bytes = sum(f.size for f in walk.files)
     totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
     done_files = 0
-    for result in itertools.chain(reused, run_groups(home.store.root, groups, max_file_bytes, workers, known, options)):
+    results = itertools.chain(reused, run_groups(home.store.root, groups, max_file_bytes, workers, known, options))
+    for done, result in enumerate(results, 1):
         _stage(tables, result, walked)
         seen.add(result)
         totals["new_bytes"] += result.new_bytes
@@ -357,8 +363,8 @@ def _store_and_stage(
         done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")
         if progress:
             progress(done_files, total_files, totals["raw_bytes"], total_bytes)
-        if sum(len(t) for t in tables.values()) >= FLUSH_ROWS:
-            flush(staging, tables)
+        if done % FLUSH_CHECK_EVERY == 0:
+            flush_if_large(staging, tables)
     flush(staging, tables)
     return totals
 
@@ -394,8 +400,16 @@ def _stage(tables: dict[str, Table], result: GroupResult, walked: dict[str, Walk
                 tables[name].add(**row)
 
 
-def flush(staging: Staging, tables: dict[str, Table]) -> None:
+def flush(staging: Staging, tables: dict[str, Table], *, final: bool = True) -> None:
+    """Spill the tables' rows into the staging file: every table (`final`), else only those large enough
+    for the JSON reader (small ones bound one by one cost DuckDB a failed `import pandas` per value)."""
     for table in tables.values():
-        if len(table):
+        if len(table) and (final or value_count(table) >= JSON_LOAD_MIN_VALUES):
             staging.add(table)
             table.clear()
+
+
+def flush_if_large(staging: Staging, tables: dict[str, Table]) -> None:
+    """Spill what is held once it reaches FLUSH_VALUES: memory stays flat however large the cache."""
+    if sum(value_count(t) for t in tables.values()) >= FLUSH_VALUES:
+        flush(staging, tables, final=False)

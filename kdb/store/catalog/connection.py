@@ -126,7 +126,7 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
     only on a connection outside any transaction (an ingest's staging file): the load ends with a CHECKPOINT."""
     if not len(table):
         return
-    if via_json and _value_count(table) >= JSON_LOAD_MIN_VALUES and _insert_via_json(con, table, types):
+    if via_json and value_count(table) >= JSON_LOAD_MIN_VALUES and _insert_via_json(con, table, types):
         return
     selects = ", ".join(f"unnest(${i + 1}::{types[c]}[]) AS {c}" for i, c in enumerate(table.columns))
     cols = ", ".join(table.columns)
@@ -136,7 +136,7 @@ def bulk_insert(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, s
     )
 
 
-def _value_count(table: Table) -> int:
+def value_count(table: Table) -> int:
     """Values a parameter binding would convert: one per cell, one per element of a list cell."""
     count = 0
     for column in table.data.values():
