@@ -268,9 +268,8 @@ class _Seen:
     notes: dict[str, int] = field(default_factory=dict)  # instr_note -> kernels analysed now
 
     def add(self, result: GroupResult) -> None:
-        for row in result.analysis.rows.get("kernel_analysis", []) if result.analysis else []:
-            if row.get("instr_note"):
-                self.notes[row["instr_note"]] = self.notes.get(row["instr_note"], 0) + 1
+        for note, n in result.notes.items():
+            self.notes[note] = self.notes.get(note, 0) + n
         prefix = "" if result.cache_key is None else result.cache_key + "/"
         for row in result.files:
             if row["kind"] in INDUCTOR_KINDS:
@@ -356,6 +355,8 @@ def _store_and_stage(
     results = itertools.chain(reused, run_groups(home.store.root, groups, max_file_bytes, workers, known, options))
     for done, result in enumerate(results, 1):
         _stage(tables, result, walked)
+        for name, data in result.encoded.items():
+            staging.add_encoded(name, data)
         seen.add(result)
         totals["new_bytes"] += result.new_bytes
         totals["raw_bytes"] += result.bytes_read

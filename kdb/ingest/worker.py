@@ -17,9 +17,10 @@ from typing import Any
 
 from kdb.analysis.folder import FolderJob, analyze_folders
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile
-from kdb.ingest.columns import compact_rows
+from kdb.ingest.columns import STAGED_COLUMNS, compact_rows
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
+from kdb.store.catalog import ndjson_rows
 
 # Below this many files a worker pool costs more than it saves.
 POOL_MIN_FILES = 200
@@ -44,6 +45,21 @@ class GroupResult:
     problems: list[tuple[str, str | None, str, str]] = field(default_factory=list)  # read problems
     new_bytes: int = 0
     bytes_read: int = 0
+    # analysis rows the worker encoded for the staging file (table -> newline-delimited JSON): the parent
+    # appends them as they are, so its per-row work does not grow with the number of workers
+    encoded: dict[str, bytes] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)  # instr_note -> 1 for a kernel analysed now
+
+
+# The analysis tables whose rows workers encode (the bulk of a kernel's rows); kernel_folders and
+# kernel_sources stay rows: the parent reads them to link Inductor files.
+ENCODED_TABLES = (
+    "kernel_analysis",
+    "instr_mix_lists",
+    "source_line_lists",
+    "instr_mix_loop_lists",
+    "analysis_problems",
+)
 
 
 def folder_digest(cache_key: str, files: list[tuple[str, str]]) -> str:
@@ -169,7 +185,20 @@ def _store_groups(
     for (out, _), analysis in zip(jobs, analyze_folders([job for _, job in jobs], options), strict=True):
         analysis.rows = compact_rows(analysis.rows)  # as the catalog stores them: fewer rows to pickle and stage
         out.analysis = analysis
+        _encode(out, analysis.rows)
     return results
+
+
+def _encode(out: GroupResult, rows: dict[str, list[dict[str, Any]]]) -> None:
+    for row in rows.get("kernel_analysis", []):
+        if row.get("instr_note"):
+            out.notes[row["instr_note"]] = out.notes.get(row["instr_note"], 0) + 1
+    for name in ENCODED_TABLES:
+        if rows.get(name):
+            data = ndjson_rows([c for c in STAGED_COLUMNS[name] if c != "snapshot_id"], rows[name])
+            if data is not None:  # else (a NaN) the rows travel as they are
+                out.encoded[name] = data
+                del rows[name]
 
 
 def batches(

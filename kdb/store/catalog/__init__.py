@@ -7,7 +7,15 @@ kdb.errors and the schema files (package data `kdb.schema`).
 
 from __future__ import annotations
 
-from kdb.store.catalog.connection import JSON_LOAD_MIN_VALUES, CatalogConnection, Table, schema_files, value_count
+from kdb.store.catalog.connection import (
+    JSON_LOAD_MIN_VALUES,
+    CatalogConnection,
+    Table,
+    load_ndjson,
+    ndjson_rows,
+    schema_files,
+    value_count,
+)
 from kdb.store.catalog.diff_queries import DiffQueries
 from kdb.store.catalog.profiles import ProfileCatalog
 from kdb.store.catalog.queries import CatalogQueries
@@ -19,4 +27,13 @@ class Catalog(SnapshotWriter, SnapshotTransfer, CatalogUpkeep, CatalogQueries, D
     """The catalog, opened with `Catalog.open(path, read_only=…)`: writer and readers over one connection."""
 
 
-__all__ = ["JSON_LOAD_MIN_VALUES", "Catalog", "CatalogConnection", "Table", "schema_files", "value_count"]
+__all__ = [
+    "JSON_LOAD_MIN_VALUES",
+    "Catalog",
+    "CatalogConnection",
+    "Table",
+    "load_ndjson",
+    "ndjson_rows",
+    "schema_files",
+    "value_count",
+]

@@ -8,7 +8,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -146,35 +146,56 @@ def value_count(table: Table) -> int:
     return count
 
 
+_NDJSON_ENCODE = json.JSONEncoder(allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode
+
+
+def ndjson_rows(columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> bytes | None:
+    """Rows as the newline-delimited JSON the staging loads read (a key a row lacks is null); None when a
+    value has no JSON form (NaN). Ingest workers encode their analysis rows with it, off the parent."""
+    try:
+        return "".join(_NDJSON_ENCODE({c: r.get(c) for c in columns}) + "\n" for r in rows).encode("ascii")
+    except (ValueError, UnicodeEncodeError):
+        return None
+
+
 def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> bool:
     """False (nothing inserted) when a value has no faithful JSON form (NaN, a lone surrogate…)."""
     columns = table.columns
+    with tempfile.NamedTemporaryFile("w", suffix=".ndjson", encoding="ascii", delete=False) as fh:
+        path = Path(fh.name)
+        try:
+            rows = zip(*(table.data[c] for c in columns), strict=True)
+            fh.writelines(_NDJSON_ENCODE(dict(zip(columns, row, strict=True))) + "\n" for row in rows)
+        except (ValueError, UnicodeEncodeError):
+            path.unlink(missing_ok=True)
+            return False
+    try:
+        return load_ndjson(con, table.name, types, path)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def load_ndjson(con: duckdb.DuckDBPyConnection, name: str, types: dict[str, str], path: Path) -> bool:
+    """Insert the rows of a newline-delimited JSON file (ndjson_rows) into table NAME, whose columns and types
+    are TYPES, through DuckDB's JSON reader, then CHECKPOINT; False (nothing inserted) when DuckDB cannot read
+    a value (a lone surrogate). On a connection outside any transaction (an ingest's staging file)."""
+    columns = list(types)
     # JSON-typed columns hold JSON text: read as text, then cast (a JSON value would be read as itself)
     read_as = {c: ("VARCHAR" if types[c] == "JSON" else types[c]) for c in columns}
     spec = "{" + ", ".join(f"{literal(c)}: {literal(t)}" for c, t in read_as.items()) + "}"
     selects = ", ".join(f'CAST("{c}" AS JSON) AS "{c}"' if types[c] == "JSON" else f'"{c}"' for c in columns)
-    with tempfile.NamedTemporaryFile("w", suffix=".ndjson", encoding="ascii", delete=False) as fh:
-        path = Path(fh.name)
-        try:
-            dump = json.JSONEncoder(allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode
-            rows = zip(*(table.data[c] for c in columns), strict=True)
-            fh.writelines(dump(dict(zip(columns, row, strict=True))) + "\n" for row in rows)
-        except (ValueError, UnicodeEncodeError):
-            path.unlink(missing_ok=True)
-            return False
     # DuckDB's JSON reader needs its 32 MiB buffer within the limit, whatever the connection's own is
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()
     con.execute(f"SET memory_limit = '{JSON_LOAD_MEMORY}'")
     try:
         con.execute(
-            f"INSERT INTO {table.name} ({', '.join(columns)}) SELECT {selects} FROM read_json({literal(str(path))}, "
+            f"INSERT INTO {name} ({', '.join(columns)}) SELECT {selects} FROM read_json({literal(str(path))}, "
             f"format = 'newline_delimited', columns = {spec}, maximum_object_size = 1048576)"
         )
         return True
     except duckdb.Error:
         return False
     finally:
-        path.unlink(missing_ok=True)
         # written out while the higher limit holds: back under the low one, DuckDB must be able to evict
         # what the load cached, or its next automatic checkpoint fails to pin a block (seen at 10k kernels)
         con.execute(f"SET memory_limit = '{CHECKPOINT_MEMORY}'")
