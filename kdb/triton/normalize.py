@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+from collections.abc import Callable
 
 from kdb.triton.mlir_text import matching_paren
 
@@ -132,8 +134,9 @@ def _normalise_asm(text: str, comment: str) -> str:
     return _BLANKS.sub(" ", body)
 
 
-def normalise_stage(text: str, kind: str) -> str:
-    """Text with paths, locations, debug info, SSA names, labels (and PTX register numbers) made neutral."""
+def normalise_stage_pure(text: str, kind: str) -> str:
+    """normalise_stage in Python: the reference the compiled path (kdb/_speedups.c) reproduces byte for byte,
+    and what runs where that is not built, is turned off, or hands a text back (non-ASCII, CRLF, ...)."""
     if kind in ("ttir", "ttgir", "source"):
         return _normalise_mlir(text)
     if kind == "llir":
@@ -143,6 +146,31 @@ def normalise_stage(text: str, kind: str) -> str:
     if kind == "ptx":
         return _normalise_asm(text, "//")
     return text
+
+
+def _compiled_normaliser() -> Callable[[str, str], str | None] | None:
+    """kdb._speedups.normalise_stage (issue #31), unless it is not built or $KDB_PURE_PYTHON is 1."""
+    if os.environ.get("KDB_PURE_PYTHON") == "1":
+        return None
+    try:
+        from kdb import _speedups
+    except ImportError:
+        return None
+    return _speedups.normalise_stage
+
+
+_COMPILED_NORMALISE = _compiled_normaliser()
+# Whether normalise_stage runs the compiled path (kdb/_speedups.c) rather than the pure-Python reference.
+COMPILED = _COMPILED_NORMALISE is not None
+
+
+def normalise_stage(text: str, kind: str) -> str:
+    """Text with paths, locations, debug info, SSA names, labels (and PTX register numbers) made neutral."""
+    if _COMPILED_NORMALISE is not None:
+        out = _COMPILED_NORMALISE(text, kind)
+        if out is not None:
+            return out
+    return normalise_stage_pure(text, kind)
 
 
 # Keys of Triton's JSON that change with every release or machine without the compilation changing.
