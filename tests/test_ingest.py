@@ -115,26 +115,37 @@ def test_reingest_reads_only_files_whose_metadata_changed(unpack_snapshot, tmp_p
 
 @pytest.mark.slow  # real ingests under test: 5-25 s of CPU
 def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_path, capsys, monkeypatch):
-    """Tables of 10,000+ values are loaded through DuckDB's JSON reader instead of bound parameters (faster):
-    every row of every table equals what the parameter path stores, on a real cache (AMD and NVIDIA)."""
+    """Rows reach the staging file through DuckDB's JSON reader, not bound parameters (faster): the analysis
+    rows workers encode (spooled per table) and any other table of 10,000+ values. Every row of every table
+    equals what the parameter path stores (nothing encoded, nothing through JSON), on a real cache (AMD and
+    NVIDIA); one worker, so the monkeypatched settings hold for the analysis too."""
+    from kdb.ingest import worker
+    from kdb.store import staging
     from kdb.store.catalog import connection
 
     loaded: list[tuple[str, bool]] = []
-    original = connection._insert_via_json
+    original = staging.load_ndjson
 
-    def spy(con, table, types):
-        ok = original(con, table, types)
-        loaded.append((table.name, ok))
+    def spy(con, name, types, path):
+        ok = original(con, name, types, path)
+        loaded.append((name, ok))
         return ok
 
-    monkeypatch.setattr(connection, "_insert_via_json", spy)
+    monkeypatch.setattr(staging, "load_ndjson", spy)
     homes = {}
-    threshold_json = connection.JSON_LOAD_MIN_VALUES
-    for path_name, threshold in (("json", threshold_json), ("params", 10**12)):
+    encoded, threshold_json = worker.ENCODED_TABLES, connection.JSON_LOAD_MIN_VALUES
+    for path_name, tables, threshold in (("json", encoded, threshold_json), ("params", (), 10**12)):
+        monkeypatch.setattr(worker, "ENCODED_TABLES", tables)
         monkeypatch.setattr(connection, "JSON_LOAD_MIN_VALUES", threshold)
         homes[path_name] = tmp_path / path_name
         for name in (AMD_PAIR, "t3.6.0-sm80"):
-            assert kdb(capsys, homes[path_name], "ingest", str(unpack_snapshot(name)), "--tag", name, "-q").code == 0
+            cache = str(unpack_snapshot(name))
+            assert kdb(capsys, homes[path_name], "ingest", cache, "--tag", name, "-q", "-j", "1").code == 0
+        if path_name == "json":  # taken for every encoded table, and never fell back
+            assert {"kernel_analysis", "instr_mix_lists", "source_line_lists"} <= {n for n, _ in loaded}
+            assert loaded and all(ok for _, ok in loaded)
+            loaded.clear()
+    assert loaded == []  # the parameter path spooled nothing
     con = duckdb.connect()
     for path_name, home in homes.items():
         con.execute(f"ATTACH '{home / 'catalog.duckdb'}' AS {path_name} (READ_ONLY)")
@@ -144,7 +155,6 @@ def test_large_tables_load_through_json_with_the_same_rows(unpack_snapshot, tmp_
             "SELECT table_name FROM duckdb_tables() WHERE database_name = 'json' AND table_name <> 'snapshots'"
         ).fetchall()
     ]
-    assert ("instr_mix_lists", True) in loaded and all(ok for _, ok in loaded)  # taken, and never fell back
     for table in tables:
         ignore = " EXCLUDE (applied_at)" if table == "schema_migrations" else ""
         for a, b in (("json", "params"), ("params", "json")):
