@@ -20,7 +20,7 @@ from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile
 from kdb.ingest.columns import STAGED_COLUMNS, compact_rows
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
-from kdb.store.catalog import ndjson_rows
+from kdb.store.ndjson import ndjson_rows
 
 # Below this many files a worker pool costs more than it saves.
 POOL_MIN_FILES = 200

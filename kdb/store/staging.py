@@ -14,7 +14,7 @@ STAGING_MEMORY = "64MB"
 CLOSE_MEMORY = "256MB"
 # Rows ingest workers encoded as newline-delimited JSON are appended to a spool file per table beside the
 # staging file and loaded by DuckDB's JSON reader once this many bytes wait (and at the end).
-SPOOL_LOAD_BYTES = 32 << 20
+SPOOL_LOAD_BYTES = 8 << 20  # the last load is serial (10k kernels: ~3 s with 32 MB)
 
 
 class Staging:
@@ -45,7 +45,7 @@ class Staging:
         bulk_insert(self.con, staged, self.schema[table.name], via_json=True)
 
     def add_encoded(self, name: str, data: bytes) -> None:
-        """Rows of table NAME as newline-delimited JSON (kdb.store.catalog.ndjson_rows, encoded by a worker):
+        """Rows of table NAME as newline-delimited JSON (kdb.store.ndjson, encoded by a worker):
         appended to the table's spool, loaded once SPOOL_LOAD_BYTES wait."""
         if not data:
             return

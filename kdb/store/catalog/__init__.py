@@ -12,7 +12,6 @@ from kdb.store.catalog.connection import (
     CatalogConnection,
     Table,
     load_ndjson,
-    ndjson_rows,
     schema_files,
     value_count,
 )
@@ -33,7 +32,6 @@ __all__ = [
     "CatalogConnection",
     "Table",
     "load_ndjson",
-    "ndjson_rows",
     "schema_files",
     "value_count",
 ]

@@ -4,11 +4,10 @@ transactions, bulk inserts and the helpers every catalog query shares."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,6 +24,7 @@ if importlib.util.find_spec("pandas") is None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
 
 from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
+from kdb.store import ndjson
 from kdb.store.catalog import lake
 from kdb.store.home import SharedLocation
 
@@ -146,18 +146,6 @@ def value_count(table: Table) -> int:
     return count
 
 
-_NDJSON_ENCODE = json.JSONEncoder(allow_nan=False, ensure_ascii=True, separators=(",", ":")).encode
-
-
-def ndjson_rows(columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> bytes | None:
-    """Rows as the newline-delimited JSON the staging loads read (a key a row lacks is null); None when a
-    value has no JSON form (NaN). Ingest workers encode their analysis rows with it, off the parent."""
-    try:
-        return "".join(_NDJSON_ENCODE({c: r.get(c) for c in columns}) + "\n" for r in rows).encode("ascii")
-    except (ValueError, UnicodeEncodeError):
-        return None
-
-
 def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[str, str]) -> bool:
     """False (nothing inserted) when a value has no faithful JSON form (NaN, a lone surrogate…)."""
     columns = table.columns
@@ -165,7 +153,7 @@ def _insert_via_json(con: duckdb.DuckDBPyConnection, table: Table, types: dict[s
         path = Path(fh.name)
         try:
             rows = zip(*(table.data[c] for c in columns), strict=True)
-            fh.writelines(_NDJSON_ENCODE(dict(zip(columns, row, strict=True))) + "\n" for row in rows)
+            fh.writelines(ndjson.encode(dict(zip(columns, row, strict=True))) + "\n" for row in rows)
         except (ValueError, UnicodeEncodeError):
             path.unlink(missing_ok=True)
             return False
