@@ -32,7 +32,7 @@ ALLOWED_IMPORTS = {
     "render": set(),
     "terminal": set(),
     "progress": set(),
-    "triton": {"errors"},
+    "triton": {"errors", "_speedups"},  # the compiled normalise_stage (kdb/_speedups.c)
     "analysis": {"errors", "triton"},
     "store": {"errors"},
     "ingest": {"kdb", "errors", "store", "analysis", "triton"},

@@ -153,10 +153,10 @@ def _compiled_normaliser() -> Callable[[str, str], str | None] | None:
     if os.environ.get("KDB_PURE_PYTHON") == "1":
         return None
     try:
-        from kdb import _speedups
+        import kdb._speedups
     except ImportError:
         return None
-    return _speedups.normalise_stage
+    return kdb._speedups.normalise_stage
 
 
 _COMPILED_NORMALISE = _compiled_normaliser()
