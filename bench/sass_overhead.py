@@ -91,7 +91,9 @@ def main() -> int:
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| real cache | ingest with SASS | without | SASS adds | nvdisasm itself (calls) | adds / nvdisasm | target |")
+    print(
+        "\n| real cache | ingest with SASS | without | SASS adds | nvdisasm itself (calls) | adds / nvdisasm | target |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(

@@ -38,6 +38,7 @@ BLOCK_SIZE = 16384
 BUSY_POLL_S = 0.2
 T = TypeVar("T")
 WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
+WRITE_THREADS = 4  # DuckDB threads while it is written (memory per thread: see SnapshotWriter.write_snapshot)
 # Below this many values (list elements counted one by one), binding parameters is as fast as writing and
 # reading a file; DuckDB 1.5 tries `import pandas` ~4 times per bound value, list elements included.
 JSON_LOAD_MIN_VALUES = 10000
