@@ -33,6 +33,9 @@ from kdb.ingest.snapshot import ingest  # noqa: E402
 from kdb.store.home import Home  # noqa: E402
 
 
+_RUN = subprocess.run  # the real one: tools.subprocess is this very module, patched below
+
+
 class TimedRun:
     """subprocess.run as kdb's nvidia tools module sees it, timing every call."""
 
@@ -43,7 +46,7 @@ class TimedRun:
     def __call__(self, *args, **kwargs):
         started = time.perf_counter()
         try:
-            return subprocess.run(*args, **kwargs)
+            return _RUN(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - started
             self.calls += 1
@@ -58,7 +61,7 @@ def one_ingest(cache: Path, sass: bool) -> tuple[float, float, int]:
         ingest(Home(home_dir), cache, "a", workers=1, options=AnalysisOptions(sass=sass))
         return time.perf_counter() - started, timer.seconds, timer.calls
     finally:
-        tools.subprocess.run = subprocess.run  # type: ignore[attr-defined]
+        tools.subprocess.run = _RUN  # type: ignore[attr-defined]
         shutil.rmtree(home_dir, ignore_errors=True)
 
 
