@@ -32,7 +32,6 @@ from kdb.analysis.nvidia import tools  # noqa: E402
 from kdb.ingest.snapshot import ingest  # noqa: E402
 from kdb.store.home import Home  # noqa: E402
 
-
 _RUN = subprocess.run  # the real one: tools.subprocess is this very module, patched below
 
 
