@@ -104,7 +104,6 @@ TABLE_COLUMNS: dict[str, list[str]] = {
     # migration 005: what links a compiled kernel to the generated module and config it came from
     "kernel_sources": ["folder_digest", "source_file", "source_line", "tensor_shapes"],
 }
-ANALYSIS_TABLES: tuple[str, ...] = tuple(TABLE_COLUMNS)
 
 
 def kernel_row(cache_key: str, folder_digest: str, meta: KernelMeta, file_stem: str | None = None) -> dict[str, Any]:

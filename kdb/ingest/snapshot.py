@@ -403,7 +403,7 @@ def _stage(tables: dict[str, Table], result: GroupResult, walked: dict[str, Walk
 
 def flush(staging: Staging, tables: dict[str, Table], *, final: bool = True) -> None:
     """Spill the tables' rows into the staging file: every table (`final`), else only those large enough
-    for the JSON reader (small ones bound one by one cost DuckDB a failed `import pandas` per value)."""
+    for the JSON reader (bound parameters are converted value by value: cheap only for small tables)."""
     for table in tables.values():
         if len(table) and (final or value_count(table) >= JSON_LOAD_MIN_VALUES):
             staging.add(table)

@@ -40,7 +40,8 @@ T = TypeVar("T")
 WRITE_MEMORY = "160MB"  # DuckDB buffer limit while a snapshot is written into the catalog
 WRITE_THREADS = 4  # DuckDB threads while it is written (memory per thread: see SnapshotWriter.write_snapshot)
 # Below this many values (list elements counted one by one), binding parameters is as fast as writing and
-# reading a file; DuckDB 1.5 tries `import pandas` ~4 times per bound value, list elements included.
+# reading a file: every bound value, list elements included, is converted one by one in DuckDB's Python
+# client (its `import pandas` tries are cut short by the None entry above, the conversion is not).
 JSON_LOAD_MIN_VALUES = 10000
 # DuckDB's limit while its JSON reader loads one table's rows (the staging file's one thread needs 40 MB;
 # the 128 MB a thread per core needed let the loads make the ingest's parent up to 70 MB larger at 10k kernels)
