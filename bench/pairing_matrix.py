@@ -272,14 +272,18 @@ def format_matrix(scores: list[PairScore], snapshots: list[Snapshot]) -> str:
 
 
 def leave_one_release_out(
-    home: Path, snapshots: list[Snapshot], releases: list[str] | None = None
+    home: Path,
+    snapshots: list[Snapshot],
+    releases: list[str] | None = None,
+    pairs: list[tuple[Snapshot, Snapshot]] | None = None,
 ) -> dict[str, list[PairScore]]:
-    """For each release R of kdb's option-defaults table: every same-target pair that involves R, diffed in
-    this process with R removed from the table (kdb.triton.defaults.forgetting), as if kdb had never seen R."""
+    """For each release R of kdb's option-defaults table: every same-target pair (of `pairs`, default all) that
+    involves R, diffed in this process with R removed from the table (kdb.triton.defaults.forgetting), as if
+    kdb had never seen R."""
     from kdb.triton.defaults import RELEASE_DEFAULTS, forgetting, version_tuple
 
     out: dict[str, list[PairScore]] = {}
-    all_pairs = pairs_to_check(snapshots)
+    all_pairs = pairs_to_check(snapshots) if pairs is None else pairs
     for release in releases or sorted(RELEASE_DEFAULTS, key=_version_key):
         wanted = version_tuple(release)
         pairs = [(a, b) for a, b in all_pairs if wanted in (version_tuple(a.release), version_tuple(b.release))]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Wall time of the test suite per tier and marker (the README's "Developing" figures come from here).
+"""Wall and CPU time of the test suite per tier, marker and test file (the README's "Developing" figures).
 
     python bench/test_suite.py                      # cold full run, warm full run, fast tier, each marker
     python bench/test_suite.py --tiers warm,fast    # only some of them
@@ -24,6 +24,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKERS = ["slow", "corpus_home", "llvm", "browser", "postgres", "nvidia_tools"]
+MARKERS = ["slow", "corpus_home", "llvm", "browser", "postgres", "strace", "triton", "nvidia_tools"]
 SUMMARY_RE = re.compile(r"(\d+) (passed|failed|skipped|deselected|errors?|xfailed|xpassed)")
 
 
@@ -48,10 +49,11 @@ def run(label: str, args: list[str], env: dict[str, str]) -> dict:
     before = load()
     cpu_before = cpu_s()
     started = time.monotonic()
+    times = Path(tempfile.mkdtemp(prefix="kdb-test-times-"))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
-        env=env,
+        env={**env, "KDB_TEST_TIMES": str(times)},
         capture_output=True,
         text=True,
     )
@@ -69,6 +71,11 @@ def run(label: str, args: list[str], env: dict[str, str]) -> dict:
         "load_before": before,
         "load_after": load(),
     }
+    tests = [json.loads(line) for f in sorted(times.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    shutil.rmtree(times, ignore_errors=True)
+    row["per_file"] = _totals(tests, lambda t: [t["file"]])
+    row["per_marker"] = _totals(tests, lambda t: t["markers"] or ["(none)"])
+    row["slowest"] = sorted(tests, key=lambda t: -t["cpu_s"])[:15]
     summary = last.strip("= ")[:70]
     print(
         f"{label:<22} {wall:7.1f} s wall {cpu:7.1f} s CPU  exit {proc.returncode}  {summary:<70}  "
@@ -77,7 +84,35 @@ def run(label: str, args: list[str], env: dict[str, str]) -> dict:
     )
     if proc.returncode not in (0, 5):
         print(proc.stdout[-3000:], file=sys.stderr)
+    _print_totals(row)
     return row
+
+
+def _totals(tests: list[dict], keys) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for t in tests:
+        for key in keys(t):
+            row = out.setdefault(key, {"tests": 0, "wall_s": 0.0, "cpu_s": 0.0})
+            row["tests"] += 1
+            row["wall_s"] = round(row["wall_s"] + t["wall_s"], 2)
+            row["cpu_s"] = round(row["cpu_s"] + t["cpu_s"], 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["cpu_s"]))
+
+
+def _print_totals(row: dict) -> None:
+    """Per test file: its tests, wall and CPU seconds (setup included), its share of the tier's CPU, and `over`
+    where that share is more than twice its share of the tests (a file that grew past its share)."""
+    per_file = row["per_file"]
+    cpu = sum(r["cpu_s"] for r in per_file.values()) or 1.0
+    count = sum(r["tests"] for r in per_file.values()) or 1
+    for name, r in per_file.items():
+        share, fair = r["cpu_s"] / cpu, r["tests"] / count
+        flag = "  over its share" if share > 2 * fair and r["cpu_s"] > 10 else ""
+        print(
+            f"    {name:<40} {r['tests']:5d} tests {r['wall_s']:8.1f} s wall {r['cpu_s']:8.1f} s CPU {share:6.1%}{flag}"
+        )
+    for name, r in row["per_marker"].items():
+        print(f"    -m {name:<37} {r['tests']:5d} tests {r['wall_s']:8.1f} s wall {r['cpu_s']:8.1f} s CPU")
 
 
 def main() -> int:

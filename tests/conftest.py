@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ CORPUS = ROOT / "corpus"
 sys.path.insert(0, str(CORPUS))
 
 import corpus_cache  # noqa: E402  (tests/corpus_cache.py: the unpacked/ingested cache outside the repository)
+import sampling  # noqa: E402  (tests/sampling.py: what an oracle check runs on, everything in the sweep)
 from unpack import unpack_archive  # noqa: E402,F401  (corpus/unpack.py, also used by the quick start)
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -101,6 +104,8 @@ FIXTURE_MARKS = {
 # of each backend, PAIR's upgrade); for every other snapshot it is `slow`. So the fast tier does not grow with
 # the corpus, and every such test still runs on every snapshot in the full run.
 FAST_SNAPSHOTS = {"t3.3.1-gfx942", "t3.4.0-gfx942", "t3.1.0-gfx90a", "t2.3.1-sm80", "t3.4.0-sm90"}
+# Markers bench/test_suite.py reports times by.
+MARKER_NAMES = ("slow", "sweep", "corpus_home", "llvm", "browser", "postgres", "strace", "triton", "nvidia_tools")
 # Markers that put a test outside the fast tier (`-m "not slow"` runs no external tool: cuobjdump per kernel is slow too).
 SLOW_WITH = ("llvm", "browser", "postgres", "strace", "nvidia_tools", "corpus_home", "triton")
 
@@ -129,6 +134,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.add_marker(pytest.mark.missing_tool(reason))
                 else:
                     item.add_marker(pytest.mark.skip(reason=reason))
+    # Tests kept for the sweep alone (`sweep`) run only there: python bench/sweep.py ($KDB_SWEEP=1).
+    if not sampling.sweeping():
+        swept = [item for item in items if item.get_closest_marker("sweep")]
+        if swept:
+            config.hook.pytest_deselected(items=swept)
+            items[:] = [item for item in items if not item.get_closest_marker("sweep")]
     # Tests on the whole ingested corpus last: every xdist worker runs the rest while the corpus home is built.
     items.sort(key=lambda item: item.get_closest_marker("corpus_home") is not None)
 
@@ -160,6 +171,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     missing = item.get_closest_marker("missing_tool")
     if missing:
         pytest.fail(f"${REQUIRE_ALL_TOOLS} is set and a tool is missing: {missing.args[0]}", pytrace=False)
+
+
+# $KDB_TEST_TIMES names a folder: each test's wall and CPU seconds (this process and the processes it waited
+# for: tools, kdb subprocesses), setup and teardown included, one JSON line per test and worker
+# (bench/test_suite.py sums them per test file and marker).
+TIMES_ENV = "KDB_TEST_TIMES"
+
+
+def _cpu_seconds() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    folder = os.environ.get(TIMES_ENV)
+    if not folder:
+        yield
+        return
+    wall, cpu = time.monotonic(), _cpu_seconds()
+    yield
+    row = {
+        "test": item.nodeid,
+        "file": item.nodeid.split("::", 1)[0],
+        "markers": sorted({m.name for m in item.iter_markers()} & set(MARKER_NAMES)),
+        "wall_s": round(time.monotonic() - wall, 3),
+        "cpu_s": round(_cpu_seconds() - cpu, 3),
+    }
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(Path(folder) / f"times-{worker}-{os.getpid()}.jsonl", "a") as fh:
+        fh.write(json.dumps(row) + "\n")
 
 
 @pytest.fixture(scope="session")

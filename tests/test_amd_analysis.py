@@ -10,13 +10,14 @@ import contextlib
 import io
 import json
 import re
-import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import oracle_cache
 import pytest
+import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
 
 from kdb.analysis.amd import disasm
@@ -95,7 +96,12 @@ OCCUPANCY_RE = re.compile(r"^; Occupancy: (\d+)$", re.MULTILINE)
 
 
 def _run(*args: str) -> str:
-    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
+    return oracle_cache.run(list(args), check=True, timeout=120).stdout
+
+
+def sampled(snapshot: str, kernels: list[Kernel]) -> list[Kernel]:
+    """The kernels an oracle check runs on: every kernel in the sweep, a sample of every family otherwise."""
+    return sampling.kernels(kernels, snapshot, folder=lambda k: k.folder, name=lambda k: k.name)
 
 
 def readelf_kernels(path: Path) -> dict[str, dict[str, str]]:
@@ -160,7 +166,7 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
         "kernarg_segment_size",
     ]
     expected_version = 4 if _release(snapshot) < (3, 3) else 5
-    for kernel in kernels:
+    for kernel in sampled(snapshot, kernels):
         co = parse_hsaco(kernel.hsaco)
         oracle = readelf_kernels(kernel.hsaco_path)
         assert [k.name for k in co.kernels] == [kernel.name] == list(oracle)
@@ -184,7 +190,7 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
 @per_snapshot
 def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernels) -> None:
     with_comment = 0
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         co = parse_hsaco(kernel.hsaco)
         k = co.kernels[0]
         asm_text = kernel.text("amdgcn")
@@ -262,7 +268,7 @@ def test_analysis_rows_match_oracles(snapshot: str, snapshot_kernels) -> None:
     """What ingest records per kernel: the processor as the compiler named it, LLVM's own occupancy, the note's
     register counts, and no problem on any corpus kernel."""
     entry = load_manifest()["snapshots"][snapshot]
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         json_file, files = _folder(kernel)
         out = analyze_folder("key", "digest", json_file, files)
         row = out.rows["kernel_analysis"][0]
@@ -369,7 +375,7 @@ def test_asm_structure(snapshot: str, snapshot_kernels) -> None:
 @needs_llvm
 @per_snapshot
 def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
-    kernels = snapshot_kernels(snapshot)
+    kernels = sampled(snapshot, snapshot_kernels(snapshot))
 
     def disassemble(kernel: Kernel) -> tuple[Counter[str], Counter[str] | None]:
         arch = parse_hsaco(kernel.hsaco).arch

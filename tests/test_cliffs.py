@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import oracle_cache
 import pytest
+import sampling
 from conftest import LLVM_BIN, archive_of, compiled_kernels, load_manifest
 from helpers import kdb
 from test_nvidia_occupancy import calculator, needs_calculator  # noqa: F401  (calculator: a module fixture)
@@ -92,13 +93,20 @@ def _analyse(code: Path) -> Analysed:
 
 @pytest.fixture(scope="module")
 def analysed(unpack_snapshot) -> Callable[[str], list[Analysed]]:
-    """snapshot -> every kernel of it with its analysis row (computed once per module)."""
+    """snapshot -> the kernels of it an oracle check runs on (every kernel in the sweep, every family otherwise:
+    tests/sampling.py) with their analysis rows (computed once per module)."""
     found: dict[str, list[Analysed]] = {}
 
     def of(snapshot: str) -> list[Analysed]:
         if snapshot not in found:
             suffix = ".hsaco" if snapshot in HIP_SNAPSHOTS else ".cubin"
-            found[snapshot] = [_analyse(p) for p in compiled_kernels(unpack_snapshot(snapshot), suffix)]
+            codes = sampling.kernels(
+                compiled_kernels(unpack_snapshot(snapshot), suffix),
+                snapshot,
+                folder=lambda p: p.parent,
+                name=lambda p: p.stem,
+            )
+            found[snapshot] = [_analyse(p) for p in codes]
         return found[snapshot]
 
     return of
@@ -196,7 +204,7 @@ def _llc(cpu: str, wave: int, attrs: str, kernels: dict[str, str]) -> dict[str, 
     attributes = f'"target-features"="+wavefrontsize{wave}" {attrs}'
     ir = "".join(kernels.values()) + f"attributes #0 = {{ {attributes} }}\n"
     cmd = [str(LLC), "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={cpu}", "-o", "-"]
-    asm = subprocess.run(cmd, input=ir, capture_output=True, text=True, check=True, timeout=600).stdout
+    asm = oracle_cache.run(cmd, input=ir, check=True, timeout=600).stdout
     body, _, metadata = asm.partition(".amdgpu_metadata")
     order, occupancy = FUNCTION_RE.findall(body), [int(v) for v in OCCUPANCY_RE.findall(body)]
     assert len(order) == len(occupancy) == len(kernels), (cpu, len(order), len(occupancy), len(kernels))

@@ -17,11 +17,21 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_amd_analysis import HIP_SNAPSHOTS, OBJDUMP, READELF, SYMBOL_RE, Kernel, _folder, _release, snapshot_kernels
+from test_amd_analysis import (
+    HIP_SNAPSHOTS,
+    OBJDUMP,
+    READELF,
+    SYMBOL_RE,
+    Kernel,
+    _folder,
+    _release,
+    _run,
+    sampled,
+    snapshot_kernels,
+)
 
 from kdb.analysis.amd.amdgcn import parse_amdgcn
 from kdb.analysis.amd.disasm import parse_disassembly
@@ -89,10 +99,6 @@ def objdump_instructions(kernel: Kernel, arch: str) -> tuple[list[tuple[str, str
     return out, text, size
 
 
-def _run(*args: str) -> str:
-    return subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
-
-
 def is_scratch(mnemonic: str, operands: str, private_segment: bool) -> bool:
     if mnemonic.startswith("scratch_"):
         return True
@@ -113,7 +119,7 @@ def annotated(snapshot: str) -> bool:
 @per_snapshot
 def test_loop_depth_of_every_instruction_equals_llvms_annotation(snapshot: str, snapshot_kernels) -> None:
     checked = instructions = in_loops = 0
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         text = kernel.text("amdgcn") or ""
         oracle = llvm_depths(text)[kernel.name]
         has_comments = "; -- End function" in text
@@ -136,7 +142,7 @@ def test_recorded_loop_columns_and_rows_agree_with_llvm(snapshot: str, snapshot_
     """The kernel_analysis columns and instr_mix_loop_counts rows an ingest records, from LLVM's annotation."""
     if not annotated(snapshot):
         pytest.skip("Triton 3.0/3.1 asm carries no loop annotation (asserted by the test above)")
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         json_file, files = _folder(kernel)
         out = analyze_folder("key", "digest", json_file, files)
         row = out.rows["kernel_analysis"][0]
@@ -167,7 +173,7 @@ def test_recorded_loop_columns_and_rows_agree_with_llvm(snapshot: str, snapshot_
 def test_scratch_counts_equal_objdump(snapshot: str, snapshot_kernels) -> None:
     """Scratch instructions per kernel, and those inside loops, counted on llvm-objdump's disassembly and placed
     at the depth LLVM annotated."""
-    kernels = snapshot_kernels(snapshot)
+    kernels = sampled(snapshot, snapshot_kernels(snapshot))
 
     def disassemble(kernel: Kernel) -> tuple[list[tuple[str, str]], str, int]:
         return objdump_instructions(kernel, kernel.meta["target"]["arch"])

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import oracle_cache
 import pytest
 from conftest import archive_of, load_manifest
 from helpers import kdb
@@ -37,6 +37,7 @@ from test_nvidia_analysis import (
     needs_corpus,
     needs_tools,
     per_snapshot,
+    sampled,
     snapshot_kernels,
 )
 
@@ -151,7 +152,7 @@ class _PtxReader:
 @per_snapshot
 def test_ptx_loop_depth_of_every_instruction_equals_llvms_annotation(snapshot: str, snapshot_kernels) -> None:
     checked = instructions = in_loops = with_loops = 0
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         text = kernel.ptx
         listing = parse_ptx(text)
         for fn in listing.functions:  # kdb's own figures stand on every function's branches
@@ -183,7 +184,7 @@ def test_recorded_ptx_loop_columns_and_rows(snapshot: str, snapshot_kernels) -> 
     """What an ingest without SASS records (the PTX is the instr_source): the kernel_analysis columns and the
     instr_mix_loop_counts rows, against LLVM's annotation (the corpus PTX has no ld.local/st.local: ptxas
     spills, below it; the SASS test checks local memory in loops)."""
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         json_file, files = _folder(kernel)
         out = analyze_folder("key", "digest", json_file, files, AnalysisOptions(sass=False))
         row = out.rows["kernel_analysis"][0]
@@ -225,9 +226,7 @@ def bbcfg(path: Path) -> str:
     """`nvdisasm -bbcfg -poff` of the first tool of TOOL_DIRS that reads the cubin."""
     errors = []
     for d in TOOL_DIRS:
-        proc = subprocess.run(
-            [str(d / "nvdisasm"), "-bbcfg", "-poff", str(path)], capture_output=True, text=True, timeout=300
-        )
+        proc = oracle_cache.run([str(d / "nvdisasm"), "-bbcfg", "-poff", str(path)], timeout=300)
         if proc.returncode == 0:
             return proc.stdout
         errors.append(f"{d}: {proc.stderr.strip()}")
@@ -311,7 +310,7 @@ def test_sass_loop_depth_of_every_instruction_equals_nvdisasms_graph(snapshot: s
     """kdb's SASS loop depths (one `nvdisasm -b` of every kernel's raw code together) against the natural loops
     of `nvdisasm -bbcfg` on each cubin, instruction by instruction; local-memory instructions against
     `cuobjdump -sass`."""
-    kernels = snapshot_kernels(snapshot)
+    kernels = sampled(snapshot, snapshot_kernels(snapshot), by_local_memory=True)
     cubins = [parse_cubin(k.cubin) for k in kernels]
     codes = [next(x for x in c.kernels if x.name == k.symbol).code for c, k in zip(cubins, kernels, strict=True)]
     ours = nvtools.sass_of_code([(c.raw_arch, code) for c, code in zip(cubins, codes, strict=True)])

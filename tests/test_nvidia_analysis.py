@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import oracle_cache
 import pytest
+import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
 
 from kdb.analysis.nvidia import occupancy as nv_occupancy
@@ -119,6 +121,14 @@ def snapshot_kernels(unpack_snapshot):
     return kernels
 
 
+def sampled(snapshot: str, kernels: list[Kernel], *, by_local_memory: bool = False) -> list[Kernel]:
+    """The kernels an oracle check runs on: every kernel in the sweep, a sample of every family otherwise (with
+    `by_local_memory`, of every family with and without local memory, as the cubin says: a check that needs
+    spilling kernels gets them)."""
+    trait = (lambda k: parse_cubin(k.cubin).kernels[0].local_size > 0) if by_local_memory else None
+    return sampling.kernels(kernels, snapshot, folder=lambda k: k.folder, name=lambda k: k.name, trait=trait)
+
+
 # ---- independent readers of cuobjdump output ---------------------------------------------------------------
 
 # " Function add_one:"  then  "  REG:16 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:928 TEXTURE:0 SURFACE:0 SAMPLER:0"
@@ -143,7 +153,7 @@ def cuobjdump_answer(*args: str) -> tuple[str, tuple[int, int]]:
     """The output of the first cuobjdump of TOOL_DIRS that reads the file, and that tool's release."""
     errors = []
     for d in TOOL_DIRS:
-        proc = subprocess.run([str(d / "cuobjdump"), *args], capture_output=True, text=True, timeout=120)
+        proc = oracle_cache.run([str(d / "cuobjdump"), *args], timeout=120)
         if proc.returncode == 0:
             return proc.stdout, RELEASES[d]
         errors.append(f"{d}: {proc.stderr.strip()}")
@@ -224,7 +234,7 @@ def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> Non
     entry = load_manifest()["snapshots"][snapshot]
     kernels = snapshot_kernels(snapshot)
     assert len(kernels) == entry["kernel_count"]
-    for kernel in kernels:
+    for kernel in sampled(snapshot, kernels):
         cubin = parse_cubin(kernel.cubin)
         oracle = resource_usage(kernel.cubin_path)
         assert [k.name for k in cubin.kernels] == sorted(oracle) == [kernel.symbol], kernel.folder.name
@@ -268,7 +278,7 @@ def test_cubin_resources_match_cuobjdump(snapshot: str, snapshot_kernels) -> Non
 @needs_tools
 @per_snapshot
 def test_nv_info_attributes_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None:
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         parsed = parse_cubin(kernel.cubin).kernels[0]
         oracle = nv_info_names(kernel.cubin_path, kernel.symbol)
         if len(oracle) == len(parsed.attributes):
@@ -293,7 +303,8 @@ def test_nv_compat_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None
     if TOOLS_RELEASE < (13, 0):
         pytest.skip("cuobjdump 12.x does not print .nv.compat: pip install 'kdb[nvidia]'")
     seen = 0
-    for kernel in snapshot_kernels(snapshot):
+    kernels = sampled(snapshot, snapshot_kernels(snapshot))
+    for kernel in kernels:
         cubin = parse_cubin(kernel.cubin)
         oracle = nv_compat_names(kernel.cubin_path)
         assert bool(cubin.compat) == bool(oracle) == (cubin.abi_version >= 8), kernel.folder.name
@@ -308,8 +319,8 @@ def test_nv_compat_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None
         if accelerator:
             assert cubin.arch_specific == (int(accelerator[0], 16) == 1)
         seen += bool(oracle)
-    if any(parse_cubin(k.cubin).abi_version >= 8 for k in snapshot_kernels(snapshot)[:1]):
-        assert seen == len(snapshot_kernels(snapshot))
+    if any(parse_cubin(k.cubin).abi_version >= 8 for k in kernels[:1]):
+        assert seen == len(kernels)
 
 
 @needs_corpus
@@ -317,7 +328,7 @@ def test_nv_compat_named_like_cuobjdump(snapshot: str, snapshot_kernels) -> None
 @per_snapshot
 def test_sass_counts_match_cuobjdump(snapshot: str, snapshot_kernels, monkeypatch) -> None:
     monkeypatch.setenv("KDB_CUDA_BIN", str(TOOLS))
-    kernels = snapshot_kernels(snapshot)
+    kernels = sampled(snapshot, snapshot_kernels(snapshot))
     # Both tools are single-threaded subprocesses; run kernels side by side.
     with ThreadPoolExecutor(max_workers=8) as pool:
         ours = list(pool.map(lambda k: nvtools.sass_by_kernel(k.cubin), kernels))
@@ -345,7 +356,7 @@ def test_sass_counts_match_cuobjdump(snapshot: str, snapshot_kernels, monkeypatc
 @needs_corpus
 @per_snapshot
 def test_ptx_counts(snapshot: str, snapshot_kernels) -> None:
-    for kernel in snapshot_kernels(snapshot):
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
         meta = kernel.meta
         ptx = parse_ptx(kernel.ptx)
         cubin = parse_cubin(kernel.cubin)
@@ -520,7 +531,13 @@ def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_sn
         for r in (fixture or {}).get("kernels", [])
         if fixture and fixture["snapshot"] == snapshot
     }
-    for row in rows:
+    checked = sampling.sample(
+        rows,
+        id_of=lambda r: f"{snapshot}/{r['cache_key']}/{r['name']}",
+        stratum_of=lambda r: sampling.family(r["cache_key"], r["name"]),
+        what=f"catalog rows of {snapshot}",
+    )
+    for row in checked:
         folder = cache / row["cache_key"]
         symbol = json.loads((folder / f"{row['name']}.json").read_text())["name"]  # 2.3: <function>_<suffix>
         want = resource_usage(folder / f"{row['name']}.cubin")[symbol]
@@ -549,7 +566,7 @@ def test_batched_sass_equals_per_cubin_nvdisasm(snapshot: str, snapshot_kernels,
     """Many kernels' raw code disassembled by one `nvdisasm -b SMxy` process: per kernel, the same mnemonic
     counts as one `nvdisasm -c` of its own cubin (the ingest path; tests/…/h100 caches checked by hand)."""
     monkeypatch.setenv("KDB_CUDA_BIN", str(TOOLS))
-    kernels = snapshot_kernels(snapshot)
+    kernels = sampled(snapshot, snapshot_kernels(snapshot))
     cubins = [parse_cubin(k.cubin) for k in kernels]
     items = [
         (c.raw_arch, next(x for x in c.kernels if x.name == k.symbol).code)

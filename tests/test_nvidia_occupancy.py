@@ -16,6 +16,7 @@ calculator's static size S - reservation, and a static size of 0 or of exactly t
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sampling
 
 from kdb.analysis.nvidia import occupancy as nv
 from kdb.errors import UsageError
@@ -100,15 +102,27 @@ FACTOR_BITS = {
 
 
 @pytest.fixture(scope="module")
-def calculator(tmp_path_factory):
+def calculator():
     """A function [(arch, warps, regs, calculator static, dynamic, barriers, vres)] -> [(blocks, factors)]."""
     assert OCC_HEADER is not None and CXX is not None
-    tmp = tmp_path_factory.mktemp("occ")
-    # The header alone in its folder: it must compile without anything else from CUDA.
-    shutil.copy(OCC_HEADER, tmp / "cuda_occupancy.h")
-    (tmp / "sweep.cpp").write_text(SWEEP_PROGRAM)
-    exe = tmp / "sweep"
-    subprocess.run([CXX, "-std=c++11", "-O2", "-Wall", "-Werror", str(tmp / "sweep.cpp"), "-o", str(exe)], check=True)
+    import corpus_cache
+
+    def build(tree: Path) -> None:
+        # The header alone in its folder: it must compile without anything else from CUDA.
+        tree.mkdir(parents=True)
+        shutil.copy(OCC_HEADER, tree / "cuda_occupancy.h")
+        (tree / "sweep.cpp").write_text(SWEEP_PROGRAM)
+        flags = ["-std=c++11", "-O2", "-Wall", "-Werror"]
+        subprocess.run([CXX, *flags, str(tree / "sweep.cpp"), "-o", str(tree / "sweep")], check=True)
+
+    # compiled once per header, program and compiler (the test cache), never again for an unchanged input
+    compiler = subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout
+    parts = {
+        "header": corpus_cache.file_sha256(OCC_HEADER),
+        "program": hashlib.sha256(SWEEP_PROGRAM.encode()).hexdigest(),
+        "compiler": [str(Path(CXX).resolve()), compiler],
+    }
+    exe = corpus_cache.cached("occupancy-calculator", parts, build) / "sweep"
     table = nv.table()["architectures"]
     archs = nv.known_architectures()
     header = [str(len(archs))]
@@ -306,7 +320,13 @@ def test_corpus_occupancy_equals_calculator(snapshot: str, unpack_snapshot, caps
     q = "SELECT cache_key, reason FROM problems WHERE stage = 'occupancy'"
     unknown = {r["cache_key"]: r["reason"] for r in kdb(capsys, home, "sql", q, "--format", "json").json()}
     points, kernels = [], []
-    for row in rows:
+    checked = sampling.sample(
+        rows,
+        id_of=lambda r: f"{snapshot}/{r['cache_key']}/{r['name']}",
+        stratum_of=lambda r: sampling.family(r["cache_key"], r["name"]),
+        what=f"catalog rows of {snapshot}",
+    )
+    for row in checked:
         folder = cache / row["cache_key"]
         meta = json.loads((folder / f"{row['name']}.json").read_text())
         cubin = folder / f"{row['name']}.cubin"

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sampling
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,8 +57,9 @@ def _check(compiled, text: str, kind: str, where: str) -> str | None:
 
 
 def _corpus_texts(unpacked, kind: str, shard: int) -> tuple[int, dict[bytes, tuple[str, bytes]]]:
-    """(files of the kind in the corpus, {sha256: (where, content)} of its distinct contents in the shard)."""
-    files, texts = 0, {}
+    """(files of the kind in the corpus, {sha256: (where, content)} of its distinct contents in the shard that
+    this run checks: all of them in the sweep, else at least one per archive and the commit's slice)."""
+    files, texts, archive_of = 0, {}, {}
     for archive in _archives():
         for path in _text_files(unpacked(archive), kind):
             data = path.read_bytes()
@@ -65,7 +67,11 @@ def _corpus_texts(unpacked, kind: str, shard: int) -> tuple[int, dict[bytes, tup
             files += 1
             if digest[0] % SHARDS == shard and digest not in texts:
                 texts[digest] = (f"{archive.parent.name}/{archive.name}: {path.name}", data)
-    return files, texts
+                archive_of[digest] = archive.name
+    chosen = sampling.sample(
+        list(texts), id_of=bytes.hex, stratum_of=archive_of.__getitem__, what=f".{kind} texts, shard {shard}"
+    )
+    return files, {d: texts[d] for d in chosen}
 
 
 def _reference_digests(kind: str, shard: int, texts: dict[bytes, tuple[str, bytes]]) -> dict[str, str]:
