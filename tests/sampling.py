@@ -9,8 +9,8 @@ assertions, on a sample:
   stratum is the kernel family (the build record's config family, else the kernel's name with Inductor's
   numbering cut off), so every release x target x family of the corpus is checked on every run; which
   member stands for its stratum rotates with the commit;
-- plus a rotating slice: the items whose bucket (a hash of the item's id, mod ROTATING_BUCKETS) is the
-  commit's bucket. Every item sits in exactly one bucket, so successive commits check everything.
+- plus a rotating slice: the items whose bucket (a hash of the item's id, mod ROTATING_BUCKETS, or
+  KERNEL_BUCKETS for kernels) is the commit's bucket. Every item sits in exactly one bucket, so successive commits check everything.
 
 The seed is $KDB_SAMPLE_SEED, else the checkout's HEAD commit. Every call says what it chose in the log
 $KDB_SAMPLE_LOG names (the sweep sums it: how many items each check saw of how many).
@@ -33,6 +33,8 @@ SWEEP_ENV = "KDB_SWEEP"
 SEED_ENV = "KDB_SAMPLE_SEED"
 LOG_ENV = "KDB_SAMPLE_LOG"
 ROTATING_BUCKETS = 8
+# A snapshot's ~45 kernels fall in ~11 families: one of each, and a thin slice (about one kernel) besides.
+KERNEL_BUCKETS = 32
 
 T = TypeVar("T")
 
@@ -131,6 +133,7 @@ def kernels(
         id_of=lambda k: f"{snapshot}/{folder(k).name}/{name(k)}",
         stratum_of=lambda k: (family(folder(k).name, name(k)), trait(k) if trait else None),
         what=f"kernels of {snapshot}",
+        buckets=KERNEL_BUCKETS,
     )
 
 

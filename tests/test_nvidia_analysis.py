@@ -121,11 +121,17 @@ def snapshot_kernels(unpack_snapshot):
     return kernels
 
 
+def _uses_local_memory(cubin) -> bool:
+    """The entry kernel has a local or stack frame (ptxas 13 puts spills in the stack: t3.8.0-sm120)."""
+    entry = next(k for k in cubin.kernels if k.is_entry)
+    return entry.local_size > 0 or entry.stack_size > 0
+
+
 def sampled(snapshot: str, kernels: list[Kernel], *, by_local_memory: bool = False) -> list[Kernel]:
     """The kernels an oracle check runs on: every kernel in the sweep, a sample of every family otherwise (with
     `by_local_memory`, of every family with and without local memory, as the cubin says: a check that needs
     spilling kernels gets them)."""
-    trait = (lambda k: parse_cubin(k.cubin).kernels[0].local_size > 0) if by_local_memory else None
+    trait = (lambda k: _uses_local_memory(parse_cubin(k.cubin))) if by_local_memory else None
     return sampling.kernels(kernels, snapshot, folder=lambda k: k.folder, name=lambda k: k.name, trait=trait)
 
 

@@ -69,7 +69,11 @@ def _corpus_texts(unpacked, kind: str, shard: int) -> tuple[int, dict[bytes, tup
                 texts[digest] = (f"{archive.parent.name}/{archive.name}: {path.name}", data)
                 archive_of[digest] = archive.name
     chosen = sampling.sample(
-        list(texts), id_of=bytes.hex, stratum_of=archive_of.__getitem__, what=f".{kind} texts, shard {shard}"
+        list(texts),
+        id_of=bytes.hex,
+        stratum_of=archive_of.__getitem__,
+        what=f".{kind} texts, shard {shard}",
+        buckets=sampling.KERNEL_BUCKETS,
     )
     return files, {d: texts[d] for d in chosen}
 

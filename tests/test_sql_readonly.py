@@ -598,6 +598,7 @@ def test_deepdiff_is_pinned_and_its_records_follow_the_schema():
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~50 s of pip on 2 cores: in the sweep; the README's command keeps the package list's test
 def test_pip_install_into_an_empty_venv_runs_every_command(tmp_path: Path, unpack_snapshot):
     """`pip install .` into a venv without system site-packages, then every command, with nothing else installed."""
     src = tmp_path / "src"

@@ -12,7 +12,7 @@ import pairing_matrix as pm
 import pytest
 from corpus_cache import once_per_run
 from helpers import kdb_subprocess
-from test_pairing import same_target_diffs  # noqa: F401  (a shared session fixture)
+from test_pairing import same_target_diffs, same_target_pairs  # noqa: F401  (shared session fixtures)
 
 SPILL_COLUMNS = {"hip": ("vgpr_spill_count", "scratch_bytes"), "cuda": ("local_bytes", "stack_bytes")}
 SPILL_WORDS = ("spills", "scratch", "local memory", "stack")
