@@ -67,6 +67,7 @@ def test_snapshots_equal_kdb_tags_json(api_home: Path) -> None:
     assert kdb.open(api_home / "nothing-here").snapshots() == []  # a new home answers empty, as `kdb tags`
 
 
+@pytest.mark.slow  # outside the inner loop: 4 s on 2 cores (bench/test_suite.py)
 def test_kernels_is_a_relation_over_the_kernels_view(api_home: Path) -> None:
     with kdb.open(api_home) as db:
         rel = db.kernels(PAIR[0])

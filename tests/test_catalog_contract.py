@@ -185,6 +185,7 @@ def test_staged_column_lists_match_the_schema(tmp_path):
             assert sorted(columns) == sorted(c for c in schema if c not in filled), name
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_migration_008_moves_inductor_modules_into_sets(capsys, unpacked_archive, ingested_copy):
     """A catalog left by the 007-era layout (inductor_modules a table, one row per snapshot, module and
     kernel) upgrades with every row kept; the migration's digest and the ingest's agree, so an unchanged
@@ -251,6 +252,7 @@ MIGRATION_010_COLUMNS = (
 )
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, ingested_copy):
     """A catalog left by the 008-era layout (kernel_modules and autotune_results tables, rows per snapshot)
     upgrades with every row kept, through every view that reads them; the migration's digests and the
@@ -344,6 +346,7 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     ]
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested_copy):
     """A catalog written before 010 upgrades with NULL loop figures and no loop rows (said as unknown, never 0);
     `kdb reindex` then computes exactly what a fresh ingest records."""
@@ -403,6 +406,7 @@ def back_to_011_layout(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DELETE FROM schema_migrations WHERE version = 12")
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_migration_012_keeps_every_view_and_drops_the_digest_indexes(capsys, ingested_copy):
     """A catalog of the 011 layout upgrades to lists and unkeyed tables with every view reading the same
     rows, `kdb verify` clean, and the next ingest of the same cache recording the same analysis."""

@@ -325,6 +325,7 @@ def _free_blocks(path: Path) -> tuple[int, int]:
         con.close()
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, ingested_copy, tmp_path, capsys):
     """Two ingests leave free blocks in the catalog (DuckDB reuses them but never shrinks the file);
     `gc --compact` rewrites it: every table's rows and every table and view definition unchanged,

@@ -57,6 +57,7 @@ def _run(home: Path, *args: str, env: dict[str, str] | None = None, tty: bool = 
     return proc.returncode, b"".join(chunks).decode(errors="replace"), err
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_table_on_a_terminal_is_coloured_and_paged(pair_home, tmp_path):
     a, b = PAIR
     paged = tmp_path / "paged.txt"
@@ -75,6 +76,7 @@ def test_table_on_a_terminal_is_coloured_and_paged(pair_home, tmp_path):
     assert all(len(line) <= 90 for line in out.splitlines())
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_only_top_and_all(pair_home, capsys):
     a, b = PAIR
     doc = json.loads(kdb(capsys, pair_home, "diff", a, b, "--format", "json").out)
@@ -100,6 +102,7 @@ def test_only_top_and_all(pair_home, capsys):
     assert r.code == 2 and r.err.startswith("kdb: error: unknown --only")
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_deep_view_shows_only_the_selected_kernels_within_a_limit(pair_home, capsys):
     a, b = PAIR
     r = kdb(capsys, pair_home, "diff", a, b, "--kernel", "*", "--limit", "2")
@@ -159,6 +162,7 @@ def test_an_empty_home_answers_empty(tmp_path):
     assert code == 0 and "no snapshots yet" in out
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_help_has_examples_and_readable_metavars():
     for command in ("", "ingest", "tags", "show", "reindex", "diff", "sql", "report", "cat", "export", "gc"):
         code, out, _ = _run(Path("/nonexistent"), *([command] if command else []), "--help")
@@ -177,6 +181,7 @@ def test_shell_completion():
     assert p.returncode == 0 and p.stdout.split() == ["diff"]
 
 
+@pytest.mark.slow  # outside the inner loop: 4 s on 2 cores (bench/test_suite.py)
 def test_diff_of_a_directory_reports_progress_on_stderr(pair_home, unpack_snapshot):
     a, b = PAIR
     code, out, err = _run(pair_home, "diff", a, str(unpack_snapshot(b)))

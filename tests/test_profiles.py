@@ -116,6 +116,7 @@ def _rows(home: Path, name: str, fmt: str, table: str) -> list[dict]:
 # -- what is linked -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # outside the inner loop: 4 s on 2 cores (bench/test_suite.py)
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_the_triton_kernel_time_is_linked(imported, tree, name, fmt):
@@ -167,6 +168,7 @@ def test_per_kernel_totals_equal_the_files_own_sums(imported, tree, name, fmt):
     assert summaries[name][fmt]["total_ns"] == profile["total_ns"]
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_kernel_times_view_sums_the_profiles_and_shares_the_whole_gpu_time(imported):
     home, _ = imported
     for name in SCENARIOS:
@@ -316,6 +318,7 @@ def _png() -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0\0")) + chunk(b"IEND", b"")
 
 
+@pytest.mark.slow  # outside the inner loop: 11 s on 2 cores (bench/test_suite.py)
 def test_malformed_truncated_and_foreign_files_are_refused_and_change_nothing(imported, tree, tmp_path):
     home, _ = imported
     gz = (tree / "profiles" / "mlp_train.torch.json.gz").read_bytes()
@@ -349,6 +352,7 @@ def test_malformed_truncated_and_foreign_files_are_refused_and_change_nothing(im
     assert _state(home) == before
 
 
+@pytest.mark.slow  # outside the inner loop: 10 s on 2 cores (bench/test_suite.py)
 def test_reimport_is_idempotent_and_gc_verify_rm_know_the_files(imported, tree, tmp_path):
     home = clone(imported[0], tmp_path / "home")
     before = _state(home)
@@ -374,6 +378,7 @@ def test_reimport_is_idempotent_and_gc_verify_rm_know_the_files(imported, tree, 
     ) == [{"n": 0}]
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_show_kernel_prints_its_measured_time(imported):
     home, _ = imported
     (top,) = _sql(
@@ -476,6 +481,7 @@ def test_link_rules():
 # -- kdb diff: the time column and --rank time ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (bench/test_suite.py)
 def test_diff_shows_measured_time_and_ranks_by_it(imported):
     home, _ = imported
     a, b = "mlp_train", "gpt2_train"

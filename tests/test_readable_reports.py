@@ -88,6 +88,7 @@ def test_every_printed_key_names_its_kernel(resnet_home, capsys, monkeypatch, co
         assert deep.out.count("\n== ") == 1, deep.out[:500]
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_summary_adds_up_in_every_format(resnet_home, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # the summary on one line (narrower: wrapped)
     doc = _doc(capsys, resnet_home)
@@ -175,6 +176,7 @@ def test_isa_hunks_ignore_register_renaming_and_name_real_changes(resnet_cache):
     assert edits[1][1:].split()[0] == changed.split()[0]
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_deep_view_hunks_are_smaller_than_the_raw_diff(resnet_home, capsys):
     doc = _doc(capsys, resnet_home)
     k = next(k for k in doc["kernels"] if k["label"] == "regressed" and k["first_changed_stage"])

@@ -265,6 +265,7 @@ def test_the_trace_check_sees_writes_and_connections(tmp_path: Path):
     assert any("mkdir" in line for line in trace_findings(log.read_text()))
 
 
+@pytest.mark.slow  # outside the inner loop: 4 s on 2 cores (bench/test_suite.py)
 def test_user_sql_connection_is_locked(home: Path, capsys):
     """The settings hold on the connection user SQL runs on, and only the catalog is attached."""
     r = kdb(
@@ -334,6 +335,7 @@ def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_legitimate_queries_answer_right(home: Path, capsys, fmt: str):
     text = fmt != "json"  # every format but JSON shows cells as text

@@ -123,6 +123,7 @@ def test_a_release_newer_than_kdb_pairs_every_kernel_and_says_defaults_were_infe
     _assert_said(_outputs(capsys, home, "base", "relabelled", tmp_path), r"Triton 3\.10\.0 is newer than the releases")
 
 
+@pytest.mark.slow  # outside the inner loop: 13 s on 2 cores (bench/test_suite.py)
 def test_without_learning_the_relabelled_release_would_pair_nothing(unknown_home) -> None:
     """The learning is what pairs them: the table alone knows no 3.10.0 and only equal values pair."""
     from kdb.store.catalog import Catalog
@@ -163,6 +164,7 @@ def test_a_fired_rule_still_exits_1_when_another_meets_an_unknown(capsys, unknow
     assert res.code == ExitCode.FINDINGS, res.out[-300:]
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 def test_a_missing_figure_is_said_in_every_output(capsys, unknown_home, tmp_path) -> None:
     home, _ = unknown_home
     outputs = _outputs(capsys, home, "base", "damaged", tmp_path)
@@ -170,6 +172,7 @@ def test_a_missing_figure_is_said_in_every_output(capsys, unknown_home, tmp_path
     assert outputs["csv"].startswith("# kdb assumed: ")
 
 
+@pytest.mark.slow  # outside the inner loop: 16 s on 2 cores (bench/test_suite.py)
 def test_a_processor_no_toolchain_knows_is_said_and_never_invented(capsys, unknown_home, tmp_path) -> None:
     home, facts = unknown_home
     assert facts["gfx1299"] >= 40  # JSON, code objects, asm and IR all renamed

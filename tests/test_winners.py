@@ -78,6 +78,7 @@ def _diff(home: Path, a: str, b: str, *extra: str) -> tuple[subprocess.Completed
     return r, doc
 
 
+@pytest.mark.slow  # outside the inner loop: 6 s on 2 cores (bench/test_suite.py)
 @pytest.mark.parametrize("model", MODELS)
 def test_flips_are_exactly_the_best_configs_that_changed(caches, model):
     root, home = caches
@@ -165,6 +166,7 @@ def test_diff_report_shows_both_sides_winners(caches, tmp_path):
     assert problems == [], problems
 
 
+@pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)
 @pytest.mark.parametrize("model", MODELS)
 def test_the_same_cache_against_itself_has_no_flip(caches, model):
     _, home = caches
@@ -186,6 +188,7 @@ def _folder_facts(home: Path, tag: str) -> dict[str, dict]:
     return {row["cache_key"]: row for row in json.loads(r.stdout)}
 
 
+@pytest.mark.slow  # outside the inner loop: 5 s on 2 cores (bench/test_suite.py)
 @pytest.mark.parametrize("model", MODELS)
 def test_winner_spills_follows_the_linked_folders_facts(caches, model):
     _, home = caches
