@@ -19,6 +19,12 @@ from pathlib import Path
 
 import pytest
 
+# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (the development machine sets it): without it
+# pytest rewrites the asserts of every test module again in every xdist worker of every run (~13 s of CPU a
+# worker for the inner loop), and every `python -m kdb` a test starts compiles kdb's modules from source.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
 sys.path.insert(0, str(CORPUS))
