@@ -37,8 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "bench" / "results" / "sweep.json"
 COMMAND = "python bench/sweep.py"
-# A test file belongs to the sweep when it samples (imports tests/sampling.py) or holds a test marked `sweep`.
-SWEEP_FILE_RE = re.compile(r"^(?:import sampling|from sampling import)|pytest\.mark\.sweep\b", re.MULTILINE)
+# A test file belongs to the sweep when it samples (imports tests/sampling.py, or calls a `sampled(...)` helper of
+# another test module that does) or holds a test marked `sweep`.
+SWEEP_FILE_RE = re.compile(r"^(?:import sampling|from sampling import)|\bsampled\(|pytest\.mark\.sweep\b", re.MULTILINE)
 # What the sweep's verdict depends on, besides the test files it runs: kdb itself, the catalog migrations,
 # the corpus and its build records, and the test machinery that picks and caches what the checks read.
 COVERED_TREES = ("kdb", "schema")

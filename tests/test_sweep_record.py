@@ -58,8 +58,11 @@ def test_the_sweep_covers_kdb_and_every_sampling_test() -> None:
     files = set(sweep.covered_files())
     assert "kdb/analysis/amd/hsaco.py" in files and "corpus/manifest.json" in files
     sampled = {
-        p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py") if "sampling." in p.read_text()
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").glob("test_*.py")
+        if "sampling." in p.read_text() or "sampled(" in p.read_text()
     }
+    assert {"tests/test_loops_amd.py", "tests/test_loops_nvidia.py", "tests/test_amd_analysis.py"} <= sampled
     assert sampled - {"tests/test_sweep_record.py"} <= set(sweep.swept_tests())
     assert len(sweep.swept_tests()) >= 5
 
