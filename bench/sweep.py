@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -109,6 +110,12 @@ def tool_versions() -> dict[str, str]:
     nv = nvidia_tool_dir()
     if nv is not None:
         tools.update({name: nv / name for name in ("cuobjdump", "nvdisasm")})
+    # the Triton wheel's 12.8 copies: the oracles for the cubins NVIDIA's 13.x tools refuse
+    spec = importlib.util.find_spec("triton")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for name in ("cuobjdump", "nvdisasm"):
+            if (Path(location) / "backends" / "nvidia" / "bin" / name).is_file():
+                tools[f"{name} (triton)"] = Path(location) / "backends" / "nvidia" / "bin" / name
     out = {}
     for name, exe in tools.items():
         try:

@@ -137,6 +137,16 @@ def kernels(
     )
 
 
+def catalog_rows(rows: Sequence[dict], snapshot: str) -> list[dict]:
+    """The sample of one snapshot's `kernels` rows (cache_key, name) a catalog check runs on: every family."""
+    return sample(
+        rows,
+        id_of=lambda r: f"{snapshot}/{r['cache_key']}/{r['name']}",
+        stratum_of=lambda r: family(r["cache_key"], r["name"]),
+        what=f"catalog rows of {snapshot}",
+    )
+
+
 def _log(what: str, total: int, chosen: int) -> None:
     path = os.environ.get(LOG_ENV)
     if not path:

@@ -537,13 +537,7 @@ def test_catalog_columns_match_cuobjdump_and_the_driver(snapshot: str, unpack_sn
         for r in (fixture or {}).get("kernels", [])
         if fixture and fixture["snapshot"] == snapshot
     }
-    checked = sampling.sample(
-        rows,
-        id_of=lambda r: f"{snapshot}/{r['cache_key']}/{r['name']}",
-        stratum_of=lambda r: sampling.family(r["cache_key"], r["name"]),
-        what=f"catalog rows of {snapshot}",
-    )
-    for row in checked:
+    for row in sampling.catalog_rows(rows, snapshot):
         folder = cache / row["cache_key"]
         symbol = json.loads((folder / f"{row['name']}.json").read_text())["name"]  # 2.3: <function>_<suffix>
         want = resource_usage(folder / f"{row['name']}.cubin")[symbol]

@@ -320,13 +320,7 @@ def test_corpus_occupancy_equals_calculator(snapshot: str, unpack_snapshot, caps
     q = "SELECT cache_key, reason FROM problems WHERE stage = 'occupancy'"
     unknown = {r["cache_key"]: r["reason"] for r in kdb(capsys, home, "sql", q, "--format", "json").json()}
     points, kernels = [], []
-    checked = sampling.sample(
-        rows,
-        id_of=lambda r: f"{snapshot}/{r['cache_key']}/{r['name']}",
-        stratum_of=lambda r: sampling.family(r["cache_key"], r["name"]),
-        what=f"catalog rows of {snapshot}",
-    )
-    for row in checked:
+    for row in sampling.catalog_rows(rows, snapshot):
         folder = cache / row["cache_key"]
         meta = json.loads((folder / f"{row['name']}.json").read_text())
         cubin = folder / f"{row['name']}.cubin"
