@@ -101,3 +101,24 @@ def assert_best_configs_link_the_recompiled_folder(corpus_dir: Path, model: str,
         expected_link = "hash" if best.get("triton_cache_hash") else "config"
         assert (row["link"], row["cache_key"]) == (expected_link, f"triton/0/{in_cache.pop()}"), path
     return len(by_path)
+
+
+def assert_verified(capsys, home: Path, planted: dict[str, set[str]] | None = None) -> None:
+    """`kdb verify` on `home` finds exactly the problems a test planted: none when `planted` is empty, else one
+    problem per key of `planted` (a substring naming it, e.g. a blob digest) that names every snapshot tag in its
+    value, and nothing else. Issue 37 asks this after every trust test."""
+    result = kdb(capsys, home, "verify", "--format", "json")
+    report = json.loads(result.out)
+    problems = report["problems"]
+    planted = planted or {}
+    if not planted:
+        assert (result.code, problems) == (0, []), result.out + result.err
+        return
+    assert result.code == 5, result.out + result.err
+    unexplained = [p for p in problems if not any(key in p for key in planted)]
+    assert unexplained == [], unexplained
+    for key, tags in planted.items():
+        naming = [p for p in problems if key in p]
+        assert naming, (key, problems)
+        for tag in tags:
+            assert any(re.search(rf"\b{re.escape(tag)}\b", p) for p in naming), (key, tag, naming)
