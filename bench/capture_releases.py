@@ -264,7 +264,7 @@ def run_mode(py: Path, mode: str, spec: dict, env0: dict[str, str], work: Path, 
         out["triton_dir_vs_reference"] = compare(ref, d)
         d.rename(mdir / "D.triton")
 
-    exp = run([str(py), "-m", "kdb", "export", "c1", str(d)], kdb_env, mdir)
+    exp = run([str(py), "-m", "kdb", "export", "c1", str(d), "--verbatim"], kdb_env, mdir)
     out["export"] = {"rc": exp["rc"], "stderr": noteworthy(exp), **compare(ref, d)}
     if d.exists():
         shutil.rmtree(d)
@@ -473,7 +473,7 @@ def eight_at_once(
     out["commit"] = {"rc": commit["rc"], "stdout": commit["stdout"].strip()[-300:], "stderr": noteworthy(commit)}
     ver = run([str(py), "-m", "kdb", "verify"], kdb_env, work)
     out["verify"] = {"rc": ver["rc"], "stdout": ver["stdout"].strip().splitlines()[-3:], "stderr": noteworthy(ver)}
-    exp = run([str(py), "-m", "kdb", "export", CONC_TAG, str(d)], kdb_env, work)
+    exp = run([str(py), "-m", "kdb", "export", CONC_TAG, str(d), "--verbatim"], kdb_env, work)
     out["export"] = {"rc": exp["rc"], "stderr": noteworthy(exp), **compare(ref, d)}
     if exp["rc"] == 0 and not out["export"]["identical"]:
         kept = work / "D.export"

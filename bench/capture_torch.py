@@ -135,7 +135,7 @@ def scenario_check(scenario: str, work: Path, out: Path) -> dict:
         }
     exported = work / f"export-{scenario}"
     shutil.rmtree(exported, ignore_errors=True)
-    exp = _kdb(home, "export", f"cap1-{scenario}", str(exported))
+    exp = _kdb(home, "export", f"cap1-{scenario}", str(exported), "--verbatim")
     a, b = _tree(plain), (_tree(exported) if exp.returncode == 0 else {})
     result["export_vs_plain"] = {
         "plain_files": len(a),

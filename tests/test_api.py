@@ -47,7 +47,21 @@ def test_import_kdb_stays_cheap_and_the_public_names_are_listed_once() -> None:
     assert loaded.strip() == "[]"  # kdb.open imports kdb.api on its first call
     import kdb.api
 
-    assert kdb.api.__all__ == ["Diff", "Kdb", "Kernel", "Snapshot", "open"]
+    assert kdb.api.__all__ == [
+        "CatalogBusy",
+        "Diff",
+        "ExitCode",
+        "InputError",
+        "IntegrityError",
+        "Kdb",
+        "KdbError",
+        "Kernel",
+        "Snapshot",
+        "TagError",
+        "UntrustedComparison",
+        "UsageError",
+        "open",
+    ]
     public = {n for n in vars(kdb.api) if not n.startswith("_") and n != "annotations"}
     assert public == set(kdb.api.__all__)
     assert callable(kdb.open) and "open" in kdb.__all__

@@ -75,7 +75,7 @@ def test_a_real_cache_is_stored_with_a_dictionary_per_kind_and_restored_byte_for
     stored = _objects_bytes(store)
     assert stored < 0.8 * plain, (stored, plain)
     # transparent: export is the cache byte for byte, verify re-hashes every blob through its dictionary
-    assert kdb(capsys, home, "export", "mlp", str(tmp_path / "out")).code == 0
+    assert kdb(capsys, home, "export", "mlp", str(tmp_path / "out"), "--verbatim").code == 0
     assert tree_hashes(tmp_path / "out") == tree_hashes(caches[MLP])
     r = kdb(capsys, home, "verify")
     assert r.code == 0, r.out + r.err
@@ -159,7 +159,7 @@ def test_gc_keeps_dictionaries_when_no_snapshot_is_left(caches, tmp_path, capsys
     # and the next ingest uses them: export still byte for byte
     assert kdb(capsys, home, "ingest", str(caches[MLP]), "--tag", "again", "--no-sass", "-q").code == 0
     assert store.dictionaries(reload=True) == entries
-    assert kdb(capsys, home, "export", "again", str(tmp_path / "out")).code == 0
+    assert kdb(capsys, home, "export", "again", str(tmp_path / "out"), "--verbatim").code == 0
     assert tree_hashes(tmp_path / "out") == tree_hashes(caches[MLP])
 
 
@@ -183,7 +183,7 @@ def test_transfer_carries_dictionaries_and_recompresses_around_a_clashing_id(cac
     for f in files:  # recompressed at the destination, which has no llir dictionary
         if f["kind"] == "llir":
             assert _frame_dict_id(dest.store, f["hash"]) == 0
-    assert kdb(capsys, dest.root, "export", "mlp", str(tmp_path / "out")).code == 0
+    assert kdb(capsys, dest.root, "export", "mlp", str(tmp_path / "out"), "--verbatim").code == 0
     assert tree_hashes(tmp_path / "out") == tree_hashes(caches[MLP])
     r = kdb(capsys, dest.root, "verify")
     assert r.code == 0 and "0 unreferenced" in r.out, r.out

@@ -103,7 +103,7 @@ def test_eight_writers_at_once_then_diff_verify_and_plain_duckdb_attach(shared, 
     assert json.loads(res.stdout)["summary"]["matched"] > 0
 
     # export restores a cache exactly; show and sql read the shared catalog
-    res = run(shared, "export", "t3.6.0-sm80", str(tmp_path / "out"))
+    res = run(shared, "export", "t3.6.0-sm80", str(tmp_path / "out"), "--verbatim")
     assert res.returncode == 0, res.stderr
     assert tree_hashes(tmp_path / "out") == tree_hashes(caches["t3.6.0-sm80"])
     assert run(shared, "show", "t3.4.0-sm90").returncode == 0
@@ -179,7 +179,7 @@ def test_gc_during_ingests_loses_nothing(shared, unpack_snapshot, tmp_path):
     assert res.returncode == 0, res.stdout
     for name in names:
         dest = tmp_path / f"export-{name}"
-        assert run(shared, "export", name, str(dest)).returncode == 0
+        assert run(shared, "export", name, str(dest), "--verbatim").returncode == 0
         assert tree_hashes(dest) == tree_hashes(unpack_snapshot(name))
     assert collected > 0
     print(f"gc collected {collected} blobs during the ingests")
@@ -275,7 +275,7 @@ def test_push_then_pull_moves_only_missing_blobs_and_diffs_the_same(shared, unpa
     assert sorted(snapshots(fresh_local)) == [a, b]
     assert run(fresh_local, "verify").returncode == 0
     assert _diff_doc(fresh_local, a, b) == before
-    assert run(fresh_local, "export", b, str(tmp_path / "out")).returncode == 0
+    assert run(fresh_local, "export", b, str(tmp_path / "out"), "--verbatim").returncode == 0
     assert tree_hashes(tmp_path / "out") == tree_hashes(unpack_snapshot(b))
 
 

@@ -219,7 +219,7 @@ def _check_hostile_ingest(
     )
     assert stored == expected
     dest = tmp_path / "export"
-    assert kdb(capsys, home, "export", "hostile", str(dest)).code == 0
+    assert kdb(capsys, home, "export", "hostile", str(dest), "--verbatim").code == 0
     assert tree_hashes(dest) == expected
     assert kdb(capsys, home, "verify").code == 0
     return facts
@@ -358,7 +358,8 @@ def test_export_refuses_dest_with_planted_symlink(ingested, tmp_path, capsys):
 
 
 def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys, monkeypatch):
-    """An attacker swaps a not-yet-created folder of DEST for a link out of it mid-export: nothing lands outside."""
+    """An attacker swaps a not-yet-created folder of the export for a link out of it mid-export (in the folder
+    the export is written into before it is renamed to DEST): nothing lands outside, DEST is not made."""
     from kdb.store.blobs import BlobStore
 
     home, _ = ingested
@@ -378,13 +379,15 @@ def test_export_refuses_symlink_planted_while_it_runs(ingested, tmp_path, capsys
     def get_and_plant(self, digest, size):
         calls.append(digest)
         if len(calls) == 2:
-            os.symlink(outside, dest / victim)
+            (writing,) = tmp_path.glob(".kdb-export-*")
+            os.symlink(outside, writing / victim)
         return real_get(self, digest, size)
 
     monkeypatch.setattr(BlobStore, "get", get_and_plant)
     r = kdb(capsys, home, "export", "snap", str(dest))
     assert r.code == ExitCode.INTEGRITY and "symbolic link" in r.err, r.err
     assert list(outside.iterdir()) == []
+    assert not dest.exists() and not list(tmp_path.glob(".kdb-export-*"))
 
 
 # -- user text never reaches SQL unparameterised -------------------------------------------------
@@ -396,10 +399,21 @@ EVIL_TAGS = ["'; DROP TABLE snapshots; --", "quo\"te's", "x' OR '1'='1", "tag; D
 def test_hostile_tags_and_labels_round_trip(ingested, tmp_path, capsys):
     home, cache = ingested
     files_before = kdb(capsys, home, "sql", "SELECT count(*) AS n FROM files", "--format", "json").json()[0]["n"]
+    # A new tag follows the tag rules (kdb/store/tags.py): these are refused, one line, nothing recorded.
+    for tag in EVIL_TAGS:
+        r = kdb(capsys, home, "ingest", str(cache), "--tag", tag, "-q")
+        assert r.code == ExitCode.USAGE and "invalid tag" in r.err and len(r.err.splitlines()) == 1, r.err
+    assert [t["tag"] for t in kdb(capsys, home, "tags", "--format", "json").json()] == ["snap"]
+    # Labels are free text; tags an older kdb stored are found by every command that reads a tag: planted here.
     for i, tag in enumerate(EVIL_TAGS):
         label = f"k'{i}=v\"'); DROP TABLE files; --"
-        r = kdb(capsys, home, "ingest", str(cache), "--tag", tag, "-q", "--label", label)
+        r = kdb(capsys, home, "ingest", str(cache), "--tag", f"legal{i}", "-q", "--label", label)
         assert r.code == 0, r.err
+        con = duckdb.connect(str(home / "catalog.duckdb"))
+        try:
+            con.execute("UPDATE snapshots SET tag = ? WHERE tag = ?", [tag, f"legal{i}"])
+        finally:
+            con.close()
         shown = kdb(capsys, home, "show", tag, "--format", "json").json()
         assert shown["tag"] == tag
         assert shown["labels"] == {f"k'{i}": "v\"'); DROP TABLE files; --"}
@@ -412,7 +426,7 @@ def test_hostile_tags_and_labels_round_trip(ingested, tmp_path, capsys):
     assert r.code == ExitCode.USAGE and r.out == b""
     assert kdb(capsys, home, "show", "' OR '1'='1").code == ExitCode.TAG
     dest = tmp_path / "out"
-    assert kdb(capsys, home, "export", EVIL_TAGS[0], str(dest)).code == 0
+    assert kdb(capsys, home, "export", EVIL_TAGS[0], str(dest), "--verbatim").code == 0
     assert tree_hashes(dest) == tree_hashes(cache)
     r = kdb(capsys, home, "diff", EVIL_TAGS[0], EVIL_TAGS[1])
     assert r.code in (0, 1) and "error" not in r.err, r.err

@@ -162,7 +162,7 @@ def test_autotune_json_timings_winners_and_folders(ingested):
 def test_export_is_byte_for_byte(ingested, tmp_path):
     root, home, _ = ingested
     dest = tmp_path / "out"
-    r = _kdb(home, "export", "gpt2_train", str(dest))
+    r = _kdb(home, "export", "gpt2_train", str(dest), "--verbatim")
     assert r.returncode == 0, r.stderr
     src = root / "gpt2_train"
 

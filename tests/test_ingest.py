@@ -41,7 +41,7 @@ def test_every_snapshot_ingests_and_exports_byte_identical(
     unexplained = [p for p in problems if not (p["stage"] == "occupancy" and "not measured on this" in p["reason"])]
     assert unexplained == [] and tags[name]["problem_count"] == len(problems), unexplained[:3]
     dest = tmp_path / "export"
-    r = kdb(capsys, corpus_home, "export", name, str(dest))
+    r = kdb(capsys, corpus_home, "export", name, str(dest), "--verbatim")
     assert r.code == 0, r.err
     assert tree_hashes(dest) == tree_hashes(cache)
 
@@ -297,7 +297,7 @@ def test_gc_frees_only_unreferenced_blobs(unpack_snapshot, ingested_copy, tmp_pa
     assert r.code == 0 and r.json()["bytes_freed"] > 0
     assert kdb(capsys, home, "verify").code == 0
     dest = tmp_path / "b"
-    assert kdb(capsys, home, "export", "b", str(dest)).code == 0
+    assert kdb(capsys, home, "export", "b", str(dest), "--verbatim").code == 0
     assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
     assert kdb(capsys, home, "rm", "a").code == ExitCode.TAG
 
@@ -363,7 +363,7 @@ def test_gc_compact_copies_every_row_and_drops_free_blocks(unpack_snapshot, inge
     assert kdb(capsys, home, "rm", "a").code == 0
     assert kdb(capsys, home, "verify").code == 0
     dest = tmp_path / "c"
-    assert kdb(capsys, home, "export", "c", str(dest)).code == 0
+    assert kdb(capsys, home, "export", "c", str(dest), "--verbatim").code == 0
     assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
 
 
@@ -400,7 +400,7 @@ def test_verify_counts_and_gc_removes_a_killed_gcs_catalog_copy(unpack_snapshot,
     assert not leftover.exists()
     assert kdb(capsys, home, "verify", "--format", "json").json()["temporaries"] == 0
     dest = tmp_path / "a"
-    assert kdb(capsys, home, "export", "a", str(dest)).code == 0
+    assert kdb(capsys, home, "export", "a", str(dest), "--verbatim").code == 0
     assert tree_hashes(dest) == tree_hashes(unpack_snapshot(AMD_PAIR))
 
 

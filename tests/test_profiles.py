@@ -460,20 +460,23 @@ def test_link_rules():
     assert not_triton("nvjet_sm90_tst_64x48_64x15_2x4_h_bz_TNT") and not_triton("void at::native::f<8>(int)")
     assert not_triton("_ZN2at6native29vectorized_elementwise_kernel") and not not_triton("matmul_kernel")
     launch = Launches("k", 3, 300, grid=(8, 1, 1), block=(128, 1, 1), registers=16, shared=0)
-    four = Folder("a", 4, 32, 10, 0)
-    assert link_launches(launch, [four]).cache_key == "a"  # 10 registers launch with the driver's 16
+    four = Folder("a", 4, 32, 10, 0, backend="cuda")
+    assert link_launches(launch, [four]).cache_key == "a"  # 10 registers launch with the CUDA driver's 16
     assert link_launches(launch, [Folder("b", 4, 32, 18, 0)]).reason == "no folder of that name fits the launch"
     assert link_launches(launch, [Folder("c", 8, 32, 10, 0)]).reason == "no folder of that name fits the launch"
     assert link_launches(Launches("k", 1, 1), []).reason == "no kernel of that name"
-    tied = [Folder("x", 4, 32, 7, 0, True, "m1"), Folder("y", 4, 32, 10, 0, None, "m1")]
+    tied = [Folder("x", 4, 32, 7, 0, True, "m1", backend="cuda"), Folder("y", 4, 32, 10, 0, None, "m1", backend="cuda")]
     assert link_launches(launch, tied).cache_key == "x"  # the module's autotune winner
     two = [
-        Folder("x", 4, 32, 7, 0, True, "m1", grid=(8, 1, 1)),
-        Folder("z", 4, 32, 14, 0, True, "m2", grid=(128, 1, 1)),
+        Folder("x", 4, 32, 7, 0, True, "m1", grid=(8, 1, 1), backend="cuda"),
+        Folder("z", 4, 32, 14, 0, True, "m2", grid=(128, 1, 1), backend="cuda"),
     ]
     assert link_launches(launch, two).cache_key == "x"  # the winners of two modules told apart by the grid
     assert link_launches(Launches("k", 1, 1), two).reason == "ambiguous: 2 folders fit"  # no grid recorded
-    same = [Folder("p", 4, 32, 7, 0, code_hash="h"), Folder("q", 4, 32, 7, 0, code_hash="h")]
+    same = [
+        Folder("p", 4, 32, 7, 0, code_hash="h", backend="cuda"),
+        Folder("q", 4, 32, 7, 0, code_hash="h", backend="cuda"),
+    ]
     linked = link_launches(launch, same)
     assert (linked.cache_key, linked.rules, linked.detail) == ("p", ("same binary",), "identical code object in q")
 

@@ -35,7 +35,8 @@ ALLOWED_IMPORTS = {
     "triton": {"errors", "_speedups"},  # the compiled normalise_stage (kdb/_speedups.c)
     "analysis": {"errors", "triton"},
     "store": {"errors"},
-    "ingest": {"kdb", "errors", "store", "analysis", "triton"},
+    # ingest --replace links the replaced snapshot's imported profiles again (kdb/profile/importer.py: ProfileRelink)
+    "ingest": {"kdb", "errors", "store", "analysis", "triton", "profile"},
     # profile files of a run: parsed (pure), linked to a snapshot's kernel folders, stored and recorded
     "profile": {"errors", "store"},
     # kdb as Triton's cache: files Triton puts are spooled, then recorded by the ingest (kdb/capture/)

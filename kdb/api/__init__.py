@@ -15,8 +15,26 @@
         d.to_markdown(); d.to_csv(); d.to_html("upgrade.html")  # `--format …`, `kdb report … --output`
         d.exit_code                             # 0, 1 (a rule fired), 2 (untrusted), 8 (unknown figure)
 
-In Jupyter a `Diff` and a `Kernel` display as small HTML tables. Errors are kdb.errors.KdbError subclasses
-(`TagError` for an unknown tag, `UsageError` for a bad rule or key), each with its CLI `exit_code`.
+In Jupyter a `Diff` and a `Kernel` display as small HTML tables.
+
+Errors: every error kdb raises on purpose is a `KdbError`, one line of text naming this API's arguments (never
+the CLI's options), with the status the CLI would exit with (`exit_code`, an `ExitCode`):
+
+    UsageError           2  a bad argument: an unknown or empty rule, a tag that breaks the tag rules, a key
+                            naming no kernel or several, a home that is not a directory, a closed Kdb
+    UntrustedComparison  2  a side's kernels carry an identity from an older kdb (`kdb reindex` first)
+    InputError           3  ingest: the path is missing, not a directory, or holds no Triton kernel folder
+    TagError             4  an unknown tag, or ingest of a tag that exists (without replace=True)
+    IntegrityError       5  a stored blob is damaged or missing
+    CatalogBusy          6  another kdb process held the catalog for longer than `wait`
+    KdbError             7  anything else kdb could not do (the base class: catch it to catch them all)
+
+    try:
+        d = db.diff("rocm6.1", "rocm6.2", fail_on="new-spills,vgpr:+10%")
+    except kdb.api.TagError as e:
+        print(e, e.exit_code)
+
+A comparison that cannot be trusted is a result, not an error (`Diff.trust_problem`, `exit_code` 2).
 These names are the whole public API; every other module of kdb is internal and may change.
 """
 
@@ -24,5 +42,29 @@ from __future__ import annotations
 
 from kdb.api._db import Kdb, open
 from kdb.api._results import Diff, Kernel, Snapshot
+from kdb.errors import (
+    CatalogBusy,
+    ExitCode,
+    InputError,
+    IntegrityError,
+    KdbError,
+    TagError,
+    UntrustedComparison,
+    UsageError,
+)
 
-__all__ = ["Diff", "Kdb", "Kernel", "Snapshot", "open"]
+__all__ = [
+    "CatalogBusy",
+    "Diff",
+    "ExitCode",
+    "InputError",
+    "IntegrityError",
+    "Kdb",
+    "KdbError",
+    "Kernel",
+    "Snapshot",
+    "TagError",
+    "UntrustedComparison",
+    "UsageError",
+    "open",
+]

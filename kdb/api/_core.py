@@ -3,11 +3,13 @@ lookup and the two HTML report pages (one code path, whichever front end asks)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from kdb.errors import ExitCode, TagError, UsageError
+from kdb.errors import ExitCode, KdbError, TagError, UsageError
 from kdb.store.catalog import Catalog
 
 if TYPE_CHECKING:
@@ -16,6 +18,56 @@ if TYPE_CHECKING:
     from kdb.store.home import Home
 
 GLOB = "*?["
+
+# kdb's core words its errors for the command line (`use --replace to overwrite it`, `see --wait`). Through the API
+# each option is named as the keyword argument that sets it: the option's name with `_` for `-` (`--fail-on` is
+# `fail_on`, `--min-match` `min_match`, `--wait` `wait`), a flag as the value it sets.
+API_ARGUMENTS = {
+    "--replace": "replace=True",
+    "--no-sass": "sass=False",
+    "--allow-unknown": "allow_unknown=True",
+    "--across-targets": "across_targets=True",
+    "--wait": "kdb.open(wait=…)",
+    "--catalog": "kdb.open(catalog=…)",
+    "--store": "store=…",
+}
+# An option in a message: not part of a word or of quoted user text (`unknown --fail-on rule '--x'`)
+_OPTION = re.compile(r"(?<![\w'\"-])--([a-z][a-z-]*)")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def api_message(text: str) -> str:
+    """A CLI-worded message as the API says it: each `--option` named as the argument that sets it."""
+    return _OPTION.sub(lambda m: API_ARGUMENTS.get(m.group(0), m.group(1).replace("-", "_")), text)
+
+
+def api_errors(function: Callable[P, R]) -> Callable[P, R]:
+    """Run an API entry point: a KdbError it raises (same class, same exit_code) names the API's arguments, not
+    the CLI's options."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        except KdbError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (api_message(exc.args[0]), *exc.args[1:])
+            raise
+
+    return run
+
+
+def rule_texts(fail_on: str | Iterable[str]) -> list[str]:
+    """`fail_on` as the CLI's --fail-on values: one string is one value (comma-separated rules, as on the command
+    line), not a sequence of one-letter rules."""
+    if isinstance(fail_on, str):
+        return [fail_on]
+    texts = list(fail_on)
+    wrong = [t for t in texts if not isinstance(t, str)]
+    if wrong:
+        raise UsageError(f"fail_on takes rule strings ('new-spills', 'vgpr:+10%'), not {wrong[0]!r}")
+    return texts
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from kdb.api._core import diff_page, kernel_details, open_sides
+from kdb.api._core import api_errors, diff_page, kernel_details, open_sides, rule_texts
 from kdb.api._results import Diff, Kernel, Snapshot
 from kdb.errors import UsageError
 from kdb.store.catalog import Catalog
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 DEFAULT_WAIT_S = 600.0  # as the CLI's --wait
 
 
+@api_errors
 def open(
     home: str | os.PathLike[str] | None = None,
     *,
@@ -85,14 +86,29 @@ class Kdb:
         home = self._check_open()
         return Catalog.open(home.catalog, read_only=True, wait_s=self._wait_s)
 
+    def _record_captures(self, *tags: str) -> Home:
+        """Before a read of `tags` (none: every tag): record what captures left waiting for them, as every CLI
+        command that reads a tag does; what cannot be recorded (the catalog busy) is a RuntimeWarning saying
+        how many folders wait and how to record them."""
+        import warnings
+
+        from kdb.capture.cache import RECORD_BEFORE_READ_WAIT_S, record_waiting
+
+        home = self._check_open()
+        for notice in record_waiting(home, list(tags) or None, min(self._wait_s, RECORD_BEFORE_READ_WAIT_S)):
+            warnings.warn(notice, RuntimeWarning, stacklevel=3)
+        return home
+
     # -- reading ---------------------------------------------------------------------------------------
+    @api_errors
     def snapshots(self) -> list[Snapshot]:
         """Every snapshot, oldest first (what `kdb tags --format json` lists); empty on a new home."""
-        if not self._check_open().has_catalog():
+        if not self._record_captures().has_catalog():
             return []
         with self._reader() as catalog:
             return [Snapshot(**row) for row in catalog.list_snapshots()]
 
+    @api_errors
     def kernels(self, tag: str) -> Relation:
         """The `kernels` view's rows of snapshot `tag` (schema/README.md lists the columns), by name and cache
         key, as a DuckDB relation: `.fetchall()`, `.filter("occupancy < 4")`, `.df()` (pandas), `.pl()`
@@ -100,14 +116,16 @@ class Kdb:
         into an in-memory database: the relation holds the catalog open never, and outlives this object."""
         from kdb.store.catalog.frames import kernels_relation
 
-        home = self._check_open()
+        home = self._record_captures(tag)
         where = home.location if home.location is not None else home.catalog_path
         return kernels_relation(where, tag, wait_s=self._wait_s)
 
+    @api_errors
     def kernel(self, tag: str, key: str) -> Kernel:
         """One kernel of snapshot `tag`, named by its name or a unique cache-key prefix (the key `kdb diff`
         prints): what `kdb show TAG --kernel KEY --format json` shows. UsageError when `key` names no kernel
         or several (a glob: use `kernels(tag)`)."""
+        self._record_captures(tag)
         with self._reader() as catalog:
             details = kernel_details(catalog, tag, key)
         if len(details) > 1:
@@ -116,6 +134,7 @@ class Kdb:
         return Kernel.from_detail(tag, details[0])
 
     # -- ingesting -------------------------------------------------------------------------------------
+    @api_errors
     def ingest(
         self,
         path: str | os.PathLike[str],
@@ -137,8 +156,8 @@ class Kdb:
             parsed: dict[str, str] = {}
         elif isinstance(labels, Mapping):
             parsed = {str(k): str(v) for k, v in labels.items()}
-        else:
-            parsed = parse_labels(list(labels))
+        else:  # one string is one label ("ci=nightly"), not a sequence of one-letter labels
+            parsed = parse_labels([labels] if isinstance(labels, str) else list(labels))
         return ingest(
             home,
             Path(path),
@@ -151,23 +170,26 @@ class Kdb:
         )
 
     # -- comparing -------------------------------------------------------------------------------------
+    @api_errors
     def diff(
         self,
         a: str,
         b: str,
         *,
-        fail_on: Iterable[str] = (),
+        fail_on: str | Iterable[str] = (),
         across_targets: bool = False,
         min_match: float = 0.5,
         allow_unknown: bool = False,
     ) -> Diff:
-        """`kdb diff A B` of two snapshot tags: `fail_on` takes the CLI's --fail-on rules ("new-spills",
-        "vgpr:+10%", …); an untrusted comparison is returned (`Diff.trust_problem`, `exit_code` 2), not raised."""
+        """`kdb diff A B` of two snapshot tags: `fail_on` takes the CLI's --fail-on rules, a list of them or one
+        string ("new-spills", ["new-spills", "vgpr:+10%"], "new-spills,vgpr:+10%"); an untrusted comparison is
+        returned (`Diff.trust_problem`, `exit_code` 2), not raised. UsageError for a bad rule, TagError for an
+        unknown tag."""
         from kdb.diff.engine import diff_sides
         from kdb.diff.rules import check_min_match, parse_rules
 
-        home = self._check_open()
-        rules = parse_rules(list(fail_on))
+        home = self._record_captures(a, b)
+        rules = parse_rules(rule_texts(fail_on))
         min_match = float(min_match)  # as the CLI's option: `min_match: 0` in the JSON would read `0.0` there
         check_min_match(min_match)
         with open_sides(home, (a, b), self._wait_s) as (sa, sb):
@@ -175,6 +197,7 @@ class Kdb:
                 sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
             )
 
+        @api_errors
         def page(limit: int) -> str:
             with open_sides(home, (a, b), self._wait_s) as (pa, pb):  # works after close(), as relations do
                 return diff_page(pa, pb, across_targets=across_targets, limit=limit)

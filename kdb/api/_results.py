@@ -154,6 +154,11 @@ class Diff:
         return self.result.unknown_rules
 
     @property
+    def unknown_reasons(self) -> tuple[str, ...]:
+        """Why each of `unknown_rules` could not be judged (`vgpr:+10: cuda kernels have no VGPR count (…)`)."""
+        return self.result.unknown_reasons
+
+    @property
     def trust_problem(self) -> str | None:
         """Why the comparison cannot be trusted (the CLI exits 2), or None."""
         return self.result.trust_problem

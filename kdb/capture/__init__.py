@@ -14,8 +14,10 @@ or, to keep Triton's own local cache directory in front and use kdb as the fleet
 `kdb capture env` prints these lines for the current home. Triton releases 2.3 to 3.9 have both hooks
 (2.2 and older: TRITON_CACHE_MANAGER only; `kdb capture check` says what the installed one has).
 
-A problem of kdb's (store full, catalog locked, shared home unreachable) never breaks a compile: it is
-said once on stderr and that process goes on without kdb (Triton compiles; files go to a private folder).
+A problem of kdb's (store full, catalog locked, shared home unreachable, KDB_CAPTURE_TAG naming a snapshot
+`kdb ingest` made) never breaks a compile: it is said once on stderr and that process goes on without kdb
+(Triton compiles; files go to a private folder). A damaged blob or index entry is never served: Triton
+compiles that kernel again, and the damage is said once.
 """
 
 from __future__ import annotations

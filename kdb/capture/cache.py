@@ -7,13 +7,19 @@ ingest, appending to the capture's snapshot), then listed in the index that serv
 looks in this process's folder, the spool, then the index (a blob, checked against its digest on read).
 
 Waiting is bounded: a commit after a compile only runs if no other process of the tag is committing and
-the catalog is free at once; the one at exit waits KDB_CAPTURE_WAIT seconds. Whatever stays spooled is
-recorded by the next commit of any process (or `kdb capture commit`): nothing put is lost.
+the catalog is free at once; the one at exit waits KDB_CAPTURE_WAIT seconds. Whatever stays spooled (a
+process killed, a forked worker ended by `os._exit`, the catalog busy) is recorded by the next commit of any
+process, by `kdb capture commit`, or by any command that reads the tag: nothing put is lost.
+
+A capture appends only to a snapshot it made (labelled captured_by=kdb.capture): a tag `kdb ingest` made is
+never changed. Each kind of problem (kdb unusable, the store damaged, a commit failing) is said once per
+process on stderr.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -21,13 +27,28 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdb.capture.spool import GROUP_PREFIX, SpoolLayout, check_name
-from kdb.errors import CatalogBusy, IntegrityError, KdbError
+from kdb.capture.spool import (
+    GROUP_PREFIX,
+    DamagedIndexEntry,
+    Recorded,
+    SpoolCheck,
+    SpoolGc,
+    SpoolLayout,
+    capture_tags,
+    check_name,
+    check_spool,
+    collect_spool,
+    died_phrase,
+    index_entries,
+    is_kernel_file,
+    remove_dead_process_folders,
+)
+from kdb.errors import CatalogBusy, IntegrityError, KdbError, TagError
 from kdb.store.home import Home, resolve_home, resolve_shared
 from kdb.store.lock import write_lock
 
@@ -38,6 +59,16 @@ DEFAULT_WAIT_S = 10.0
 DEFAULT_COMMIT_EVERY_S = 2.0
 # The largest file Triton writes is a code object of a few MB; the same bound as `kdb ingest`'s.
 MAX_FILE_BYTES = 1 << 30
+# How long a command about to read a tag waits to record what captures left for it, before it says how many
+# folders wait instead (the catalog busy with a long ingest; a commit of the tag by a capture takes ~1 s).
+RECORD_BEFORE_READ_WAIT_S = 5.0
+# The label a capture's snapshot is made with: capture appends only to snapshots that carry it.
+CAPTURED_BY = ("captured_by", "kdb.capture")
+
+
+class ForeignSnapshot(TagError):
+    """KDB_CAPTURE_TAG names a snapshot that capture did not make (`kdb ingest`, or a transfer of one): capture
+    never adds kernels of another compile to it."""
 
 
 def default_tag(now: datetime | None = None) -> str:
@@ -57,37 +88,63 @@ def capture_root(home: Home) -> Path:
 class Capture:
     """What one process captured and was served, and how (the counters)."""
 
-    def __init__(self, home: Home | None = None, tag: str | None = None) -> None:
+    def __init__(self, home: Home | None = None, tag: str | None = None, *, check_snapshot: bool = True) -> None:
         self.home = home or open_home()
         self.layout = SpoolLayout(capture_root(self.home), tag or os.environ.get("KDB_CAPTURE_TAG") or default_tag())
         self.wait_s = float(os.environ.get("KDB_CAPTURE_WAIT", DEFAULT_WAIT_S))
-        local = None if self.home.is_shared else self.layout.root / "proc"
-        if local is not None:
-            local.mkdir(parents=True, exist_ok=True)
-            _remove_dead_folders(local)
-        # Linked into the spool where it can be (the same file system): a shared home's is local to the host.
-        self.mine = Path(tempfile.mkdtemp(prefix=f"kdb-capture-{os.getpid()}-", dir=local))
+        if check_snapshot and not self.layout.owned.exists():
+            # said before anything is spooled; a busy catalog leaves it to the commit, which checks again
+            with contextlib.suppress(CatalogBusy):
+                check_own_snapshot(self.home, self.layout.tag, wait_s=0.0)
+        self._proc = None if self.home.is_shared else self.layout.root / "proc"
+        if self._proc is not None:
+            self._proc.mkdir(parents=True, exist_ok=True)
+            remove_dead_process_folders(self._proc)
+        self._mine: Path | None = None
+        self._mine_pid = 0
+        self._writing: dict[str, tuple[int, Path]] = {}  # cache key -> the lock saying this process writes it
         self.stats: Counter[str] = Counter()
         self.adopted: set[str] = set()
         self._order: dict[str, list[str]] = {}  # cache key -> file names in the order this process put them
         self._index: dict[str, dict] = {}  # index entries read (a recorded folder's entry never changes)
+        self._unservable: set[str] = set()  # cache keys whose entry or blob this process found damaged
         self._lock = threading.Lock()
         self.every_s = float(os.environ.get("KDB_CAPTURE_COMMIT_EVERY", DEFAULT_COMMIT_EVERY_S))
         self._last_commit = -self.every_s
         self._committer: threading.Thread | None = None
-        self._commit_problem: str | None = None
         # What a commit runs, imported now: the last commit runs at exit, when Python refuses the atexit hooks
         # that importing concurrent.futures (the ingest's worker pool) registers.
         import kdb.ingest.snapshot  # noqa: F401
         import kdb.store.catalog  # noqa: F401
 
+    def forked(self) -> None:
+        """In a child made by fork (a `multiprocessing` worker): the parent's threads and locks are not the
+        child's, nor are its counters; the writer locks it holds stay the parent's (closing the child's copies
+        leaves them held by the parent); the child gets its own folder at its first file."""
+        self._lock = threading.Lock()
+        self._committer = None
+        self.stats = Counter()
+        for fd, _ in self._writing.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._writing = {}
+
     # -- files ---------------------------------------------------------------------------------------
+    @property
+    def mine(self) -> Path:
+        """This process's folder, whose paths Triton is given: linked into the spool where it can be (the same
+        file system; a shared home's is local to the host). A forked child makes its own."""
+        if self._mine is None or self._mine_pid != os.getpid():
+            self._mine = Path(tempfile.mkdtemp(prefix=f"kdb-capture-{os.getpid()}-", dir=self._proc))
+            self._mine_pid = os.getpid()
+        return self._mine
+
     def _own(self, key: str, name: str) -> Path:
         return self.mine / check_name(key, "cache key") / check_name(name)
 
     def _write_own(self, path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         temp.write_bytes(data)
         os.replace(temp, path)
 
@@ -96,7 +153,20 @@ class Capture:
             raise KdbError(f"{key}/{name}: {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a cache file")
         path = self._own(key, name)
         self._write_own(path, data)
+        group = name.startswith(GROUP_PREFIX)
+        if not group and is_kernel_file(name):
+            with self._lock:
+                writing = key in self._writing
+            if not writing:  # before the folder's first file is in the spool: never a folder nobody owns
+                lock = self.layout.start_writing(key)
+                with self._lock:
+                    self._writing[key] = lock
         self.layout.install(path, key, name)
+        if group:  # the compile finished: the folder is whole
+            with self._lock:
+                held = self._writing.pop(key, None)
+            if held is not None:
+                self.layout.done_writing(*held)
         with self._lock:
             self.stats["puts"] += 1
             self.stats["put_bytes"] += len(data)
@@ -123,7 +193,16 @@ class Capture:
             if self._bring(waiting, path):
                 self._count("hits")
                 return path
-        entry = self._index.get(key) or self.layout.read_index(key)
+        if key in self._unservable:  # found damaged by an earlier lookup: Triton compiles it
+            self._count("misses")
+            return None
+        entry = self._index.get(key)
+        if entry is None:
+            try:
+                entry = self.layout.read_index(key)  # served only when its files hash to its folder digest
+            except DamagedIndexEntry as exc:
+                self._found_damaged(key, str(exc))
+                return None
         if entry is not None:
             self._index[key] = entry
         if entry is None or name not in entry["files"]:
@@ -132,11 +211,14 @@ class Capture:
         digest, size = entry["files"][name]
         try:
             data = self.home.store.get(digest, size)
-        except (IntegrityError, OSError):  # its snapshot removed and collected, or the blob damaged: a miss
-            self._count("misses")
-            self._count("stale_index")
-            self.layout.index_path(key).unlink(missing_ok=True)
+        except (IntegrityError, OSError) as exc:
             self._index.pop(key, None)
+            if self.home.store.has(digest):  # there, and not what its name says: Triton never gets it
+                self._found_damaged(key, str(exc))
+            else:  # its snapshot removed and collected: the entry is stale
+                self._count("misses")
+                self._count("stale_index")
+                self.layout.index_path(key).unlink(missing_ok=True)
             return None
         self._write_own(path, data)
         self._count("hits")
@@ -145,6 +227,15 @@ class Capture:
             self.adopted.add(key)
             self.layout.note_adopted(key, entry["folder_digest"])
         return path
+
+    def _found_damaged(self, key: str, what: str) -> None:
+        """A folder the index names that cannot be served intact: a miss now and at every later lookup of this
+        process (Triton compiles it; its commit replaces the damaged blob and writes the entry again)."""
+        with self._lock:
+            self._unservable.add(key)
+            self.stats["misses"] += 1
+            self.stats["damaged"] += 1
+        damaged(what)
 
     def _bring(self, source: Path, path: Path) -> bool:
         """Link (else copy) a spooled file into this process's folder; False when it is not there (any more)."""
@@ -184,15 +275,16 @@ class Capture:
             self.commit(wait_s=0.0)
         except CatalogBusy:
             self._count("commits_deferred")
+        except ForeignSnapshot as exc:  # made by `kdb ingest` since this process looked: kdb stops here
+            self._count("commits_failed")
+            give_up(str(exc))
         except Exception as exc:  # noqa: BLE001 - a failed commit loses nothing (the folders stay spooled)
             self._count("commits_failed")
-            with self._lock:
-                first, self._commit_problem = self._commit_problem is None, f"{type(exc).__name__}: {exc}"
-            if first:
-                print(
-                    f"kdb capture: recording failed ({self._commit_problem}); the files stay spooled", file=sys.stderr
-                )
+            say("failure", f"recording failed ({_one_line(exc)}); {self._stay_spooled()}")
         _write_stats(self)
+
+    def _stay_spooled(self) -> str:
+        return f"the files stay spooled (`kdb capture commit --tag {self.layout.tag}` records them)"
 
     def finish(self) -> None:
         """At exit: the running commit finishes (up to KDB_CAPTURE_WAIT), then one last commit records the rest."""
@@ -205,69 +297,186 @@ class Capture:
     def commit(self, wait_s: float) -> int:
         """Record every whole spooled folder and every adopted one in the tag's snapshot; return how many
         folders were recorded. CatalogBusy when another committer of the tag or a writer of the catalog held
-        on longer than `wait_s` (nothing is lost: the folders stay spooled)."""
-        from kdb.ingest.snapshot import ingest  # the ingest is imported where a commit runs, not at import
-
-        layout = self.layout
-        layout.lock.parent.mkdir(parents=True, exist_ok=True)
-        with write_lock(layout.lock, wait_s):  # the home's writer lock, on the tag's own lock file
-            layout.commit.mkdir(parents=True, exist_ok=True)
-            for folder in list(layout.whole_folders()):
-                target = layout.commit / folder.name
-                if target.exists():  # left by a killed commit: the spooled copy is the same compile
-                    shutil.rmtree(folder, ignore_errors=True)
-                    continue
-                os.replace(folder, target)
-            keys = sorted(p.name for p in layout.commit.iterdir())
-            adopted = [(k, d) for k, d in layout.take_adopted() if k not in keys]
-            if not keys and not adopted:
-                layout.adopted_done()
-                layout.commit.rmdir()
-                return 0
-            ingest(
-                self.home,
-                layout.commit,
-                layout.tag,
-                workers=1,
-                lock_wait_s=wait_s,
-                rehash=True,
-                append=adopted,
-                labels={"captured_by": "kdb.capture"},
-            )
-            self._write_index(keys)
-            shutil.rmtree(layout.commit, ignore_errors=True)
-            layout.adopted_done()
+        on longer than `wait_s`, ForeignSnapshot when the tag is a snapshot capture did not make (nothing is
+        lost: the folders stay spooled)."""
+        keys, adopted = record(self.home, self.layout, wait_s, index_wait_s=self.wait_s)
+        if keys or adopted:
             self._count("commits")
             with self._lock:
                 self.stats["folders_committed"] += len(keys)
-            return len(keys) + len(adopted)
-
-    def _write_index(self, keys: list[str]) -> None:
-        from kdb.store.catalog import Catalog
-
-        with Catalog.open(self.home.catalog, read_only=True, wait_s=self.wait_s) as catalog:
-            rows = catalog.capture_index(self.layout.tag, keys)
-        folders: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
-        for key, folder_digest, name, digest, size in rows:
-            folders.setdefault(key, (folder_digest, {}))[1][name] = (digest, size)
-        for key, (folder_digest, files) in folders.items():
-            self.layout.write_index(key, folder_digest, files)
+        return len(keys) + len(adopted)
 
     def close(self) -> None:
-        shutil.rmtree(self.mine, ignore_errors=True)
+        """This process's writer locks go (a folder it did not finish is then one its writer left) and its
+        folder (a forked child's parent keeps its own)."""
+        with self._lock:
+            writing, self._writing = self._writing, {}
+        for fd, path in writing.values():
+            with contextlib.suppress(OSError):
+                self.layout.done_writing(fd, path)
+        if self._mine is not None and self._mine_pid == os.getpid():
+            shutil.rmtree(self._mine, ignore_errors=True)
 
 
-def _remove_dead_folders(proc: Path) -> None:
-    """Own folders of processes that ended without their exit hooks (killed, or compile workers ended by
-    their pool): `kdb-capture-<pid>-…`, removed once no process of that id runs on this host."""
-    for folder in proc.glob("kdb-capture-*-*"):
+# -- recording, outside any capture process too (`kdb capture commit`, a command about to read a tag) -----
+
+
+def record(
+    home: Home, layout: SpoolLayout, wait_s: float, *, index_wait_s: float | None = None
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Record the whole spooled folders of `layout`'s tag and the folders its processes adopted, into the tag's
+    snapshot (made, labelled as a capture's, when there is none): the same ingest as `kdb ingest`, appending.
+    Return (cache keys recorded, adopted (cache key, folder digest) pairs). One committer per tag at a time."""
+    from kdb.ingest.snapshot import ingest  # the ingest is imported where a commit runs, not at import
+
+    layout.lock.parent.mkdir(parents=True, exist_ok=True)
+    with write_lock(layout.lock, wait_s):  # the home's writer lock, on the tag's own lock file
+        layout.commit.mkdir(parents=True, exist_ok=True)
+        for folder in list(layout.whole_folders()):
+            target = layout.commit / folder.name
+            if target.exists():  # left by a killed commit: the spooled copy is the same compile
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            os.replace(folder, target)
+        keys = sorted(p.name for p in layout.commit.iterdir())
+        adopted = [(k, d) for k, d in layout.take_adopted() if k not in keys]
+        if not keys and not adopted:
+            layout.adopted_done()
+            layout.commit.rmdir()
+            return [], []
         try:
-            pid = int(folder.name.split("-")[2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except (ValueError, IndexError, PermissionError):
+            check_own_snapshot(home, layout.tag, wait_s, writing=True)  # before anything joins it
+        except ForeignSnapshot:
+            layout.owned.unlink(missing_ok=True)
+            raise
+        ingest(
+            home,
+            layout.commit,
+            layout.tag,
+            workers=1,
+            lock_wait_s=wait_s,
+            rehash=True,
+            append=adopted,
+            labels=dict([CAPTURED_BY]),
+        )
+        layout.owned.parent.mkdir(parents=True, exist_ok=True)
+        layout.owned.touch()
+        _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
+        shutil.rmtree(layout.commit, ignore_errors=True)
+        layout.adopted_done()
+        return keys, adopted
+
+
+def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float) -> None:
+    from kdb.store.catalog import Catalog
+
+    with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
+        rows = catalog.capture_index(layout.tag, keys)
+    folders: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
+    for key, folder_digest, name, digest, size in rows:
+        folders.setdefault(key, (folder_digest, {}))[1][name] = (digest, size)
+    for key, (folder_digest, files) in folders.items():
+        layout.write_index(key, folder_digest, files)
+
+
+def check_own_snapshot(home: Home, tag: str, wait_s: float, *, writing: bool = False) -> None:
+    """ForeignSnapshot when `tag` is a snapshot capture did not make. `writing`: the commit's check, which
+    may migrate the catalog first (a read-only open refuses an old one); else a read-only look, and only
+    ForeignSnapshot or CatalogBusy come out (whatever else keeps it from looking, the commit checks again)."""
+    from kdb.store.catalog import Catalog
+
+    if not home.has_catalog():
+        return  # the commit makes it, and the snapshot with capture's label
+    try:
+        if writing:
+            with home.writer(wait_s), Catalog.open(home.catalog, wait_s=wait_s) as catalog:
+                labels = catalog.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
+        else:
+            with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
+                labels = catalog.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
+    except CatalogBusy:
+        raise
+    except Exception:  # noqa: BLE001 - only the look is given up: the commit opens the catalog itself and says why
+        if writing:
+            raise
+        return
+    if labels is not None and dict(labels).get(CAPTURED_BY[0]) != CAPTURED_BY[1]:
+        raise ForeignSnapshot(
+            f"snapshot {tag!r} was not made by a capture (it has no captured_by=kdb.capture label): capture adds "
+            "kernels only to snapshots it made; set KDB_CAPTURE_TAG to a new tag"
+        )
+
+
+def record_waiting(home: Home, tags: Sequence[str] | None, wait_s: float) -> list[str]:
+    """Before a command reads `tags` (None: every tag): record what captures left waiting for them (processes
+    killed or ended by `os._exit`, a commit deferred). Returns one line for each tag whose waiting folders could
+    not be recorded (the catalog busy, the tag a snapshot capture did not make), saying how many wait and how to
+    record them; the command then reads what is recorded."""
+    root = capture_root(home)
+    if not root.is_dir():
+        return []
+    known = capture_tags(root)
+    wanted = known if tags is None else [t for t in dict.fromkeys(tags) if t in known]
+    notices = []
+    for tag in wanted:
+        layout = SpoolLayout(root, tag)
+        waiting = len(layout.waiting() | layout.adopted_waiting())
+        if not waiting:
             continue
+        how = f"`kdb capture commit --tag {tag}` records them"
+        try:
+            record(home, layout, wait_s)
+        except ForeignSnapshot as exc:
+            notices.append(f"{waiting} captured folders wait for {tag} and cannot join it: {exc}")
+        except CatalogBusy:
+            notices.append(f"{waiting} captured folders wait for {tag} (the catalog is busy): {how}")
+        except (KdbError, OSError) as exc:
+            notices.append(f"{waiting} captured folders wait for {tag} ({_one_line(exc)}): {how}")
+    return notices
+
+
+# -- what `kdb gc`, `kdb verify` and `kdb capture status` ask of the capture folder -----------------------
+
+
+def collect_capture(home: Home, keep: set[str], grace_s: float) -> SpoolGc:
+    """`kdb gc`'s part: see kdb/capture/spool.py's collect_spool (`keep`: the blobs the catalog references)."""
+    return collect_spool(capture_root(home), keep, local=not home.is_shared, grace_s=grace_s)
+
+
+def verify_capture(home: Home, catalog: Any) -> SpoolCheck:
+    """`kdb verify`'s part: the index checked against the folders the catalog recorded (an open catalog, or
+    None where there is none yet), and notes on what waits or was left by a writer that died."""
+    root = capture_root(home)
+    recorded: Recorded = {}
+    if not root.is_dir():
+        return SpoolCheck()
+    keys = [key for key, _ in index_entries(root)]
+    if catalog is not None and keys:
+        for snapshot in catalog.list_snapshots():
+            for key, folder_digest, name, digest, size in catalog.capture_index(snapshot["tag"], keys):
+                tags, files = recorded.setdefault((key, folder_digest), (set(), {}))
+                tags.add(snapshot["tag"])
+                files[name] = (digest, size)
+    return check_spool(root, recorded)
+
+
+def status_lines(home: Home, tag: str) -> list[str]:
+    """`kdb capture status`: what waits, what is being written, what a dead writer left, what the index serves."""
+    layout = SpoolLayout(capture_root(home), tag)
+    alive, died = layout.unfinished()
+    waiting = layout.waiting() | layout.adopted_waiting()
+    served = sum(1 for _ in index_entries(layout.root))
+    lines = [
+        f"{tag}: {len(waiting)} whole folders wait to be recorded, {len(alive)} still being written, "
+        f"{len(died)} left by a writer that died mid-compile (`kdb gc` removes them); the index serves "
+        f"{served} folders (all tags)"
+    ]
+    lines += [f"  {key} {died_phrase(pids)}" for key, pids in died.items()]
+    return lines
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _read_or_none(path: Path) -> bytes | None:
@@ -282,6 +491,44 @@ _capture: Capture | None = None
 _broken: str | None = None
 _fallback: Path | None = None
 _guard_lock = threading.Lock()
+_said: set[str] = set()  # the kinds of problem this process said on stderr
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a `multiprocessing` worker) starts with the parent's locks as they were at the fork."""
+    global _guard_lock
+    _guard_lock = threading.Lock()
+    if _capture is not None:
+        _capture.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def say(kind: str, text: str) -> None:
+    """One line on stderr for each kind of problem, once per process: kdb unusable or failing to record
+    ("failure": on a full disk every write fails the same way), the store damaged, a commit left for later."""
+    with _guard_lock:
+        if kind in _said:
+            return
+        _said.add(kind)
+    print(f"kdb capture: {text}", file=sys.stderr)
+
+
+def give_up(reason: str) -> None:
+    """kdb stops serving and capturing in this process (said once); Triton goes on with a private folder."""
+    global _broken
+    with _guard_lock:
+        if _broken is None:
+            _broken = reason
+    say("failure", f"{reason}; Triton goes on without kdb's cache in this process")
+
+
+def damaged(what: str) -> None:
+    say(
+        "damaged",
+        f"the store is damaged ({what}); Triton compiles what kdb cannot serve intact (`kdb verify` names the damage)",
+    )
 
 
 def current() -> Capture | None:
@@ -297,17 +544,15 @@ def current() -> Capture | None:
 
 
 def guarded(action: Callable[[Capture], T], fallback: Callable[[], T]) -> T:
-    """Run `action` on the process's capture; any failure of kdb's (store, catalog, shared home) is said once
-    on stderr and the process goes on without kdb: `fallback` answers (a miss, a private file)."""
-    global _broken
+    """Run `action` on the process's capture; any failure of kdb's (store, catalog, shared home, a full disk,
+    a tag capture may not add to) is said once on stderr and the process goes on without kdb: `fallback`
+    answers (a miss, a private file)."""
     try:
         capture = current()
         if capture is not None:
             return action(capture)
     except Exception as exc:  # noqa: BLE001 - a kdb problem must never break the user's compile
-        if _broken is None:
-            _broken = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            print(f"kdb capture: {_broken}; Triton goes on without kdb's cache in this process", file=sys.stderr)
+        give_up(str(exc) if isinstance(exc, ForeignSnapshot) else _one_line(exc))
     return fallback()
 
 
@@ -333,9 +578,15 @@ def _at_exit() -> None:
         capture.finish()
     except CatalogBusy as exc:
         left = len(capture.layout.waiting())  # a busy commit moved them to the commit folder first
-        print(f"kdb capture: {exc}; {left} folders stay spooled for the next commit", file=sys.stderr)
+        tag = capture.layout.tag
+        say(
+            "busy",
+            f"{exc}; {left} folders stay spooled for the next commit (`kdb capture commit --tag {tag}` records them)",
+        )
+    except ForeignSnapshot as exc:
+        give_up(str(exc))
     except Exception as exc:  # noqa: BLE001 - at exit too: say it, never raise into the interpreter's shutdown
-        print(f"kdb capture: recording failed ({type(exc).__name__}: {exc}); the files stay spooled", file=sys.stderr)
+        say("failure", f"recording failed ({_one_line(exc)}); {capture._stay_spooled()}")
     finally:
         _write_stats(capture)
         capture.close()
@@ -343,7 +594,7 @@ def _at_exit() -> None:
 
 def _write_stats(capture: Capture) -> None:
     """KDB_CAPTURE_STATS=DIR: each process leaves DIR/<pid>.json with its counters (lookups, hits, misses,
-    puts, commits, …): how a test or a job tells that a second run compiled nothing."""
+    puts, commits, damaged, …): how a test or a job tells that a second run compiled nothing."""
     target = os.environ.get("KDB_CAPTURE_STATS")
     if target:
         import json

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from kdb.cli.capture import record_captures  # every command that reads a tag records what captures left for it
 from kdb.cli.common import FormatOpt, TagArg, _fmt, _out, _page, _reader, _version, app, state
 from kdb.errors import ExitCode, KdbError, TagError, UsageError
 from kdb.progress import progress_bar, set_phase
@@ -125,13 +126,15 @@ def ingest(
 
 @app.command(epilog=examples.TAGS_EPILOG)
 def tags(fmt: FormatOpt = "table") -> None:
-    """List snapshots with counts, sizes, Triton versions and targets."""
+    """List snapshots with counts, sizes, Triton versions and targets (on a terminal, fitted to its width)."""
     fmt = _fmt(fmt)
+    record_captures()
+    width = terminal_width() if sys.stdout.isatty() or os.environ.get("COLUMNS") else None  # as `kdb sql`
     if not state.home.has_catalog():
-        _out(listings.render_tags([], fmt))
+        _out(listings.render_tags([], fmt, width))
         return
     with _reader() as catalog:
-        _out(listings.render_tags(catalog.list_snapshots(), fmt))
+        _out(listings.render_tags(catalog.list_snapshots(), fmt, width))
 
 
 @app.command(epilog=examples.SHOW_EPILOG)
@@ -153,6 +156,7 @@ def show(
     if tag is None:
         tags(fmt)
         return
+    record_captures(tag)
     if not state.home.has_catalog():
         raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
     with _reader() as catalog:
@@ -184,6 +188,7 @@ def reindex(
     from kdb.analysis.model import AnalysisOptions
     from kdb.ingest.reindex import reindex as run_reindex
 
+    record_captures(*(tags or []))
     for tag, kernels in run_reindex(
         state.home, tags or None, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass)
     ).items():
@@ -195,6 +200,7 @@ def rm(tag: TagArg) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
     from kdb.store.maintenance import remove_snapshot
 
+    record_captures(tag)  # what waits for the tag goes with it, instead of making the tag again later
     remove_snapshot(state.home, tag, state.wait)
     _out(f"removed {tag}; run `kdb gc` to free blobs no other snapshot uses\n")
 
@@ -244,23 +250,48 @@ def verify(fmt: FormatOpt = "table") -> None:
 def export(
     tag: TagArg,
     dest: Annotated[Path, typer.Argument(metavar="DEST", help="new or empty directory to restore the cache into")],
+    verbatim: Annotated[
+        bool,
+        typer.Option(
+            "--verbatim",
+            help="keep the stored bytes of Triton's group files (their child paths then name the folder the "
+            "cache was compiled into, and Triton recompiles its kernels anywhere else)",
+        ),
+    ] = False,
 ) -> None:
-    """Restore a snapshot's files, byte for byte, under DEST (never outside it)."""
+    """Restore a snapshot under DEST (never outside it) as a working Triton cache there.
+
+    Files are restored byte for byte, except Triton's group files (`__grp__NAME.json`), written as Triton
+    writes them when it compiles into DEST (their child paths point into DEST; --verbatim keeps the stored
+    bytes); modes are those Triton gives (0644 under umask 022). The export is written into a temporary
+    folder beside DEST and renamed: a failure leaves nothing behind.
+    """
     from kdb.store.maintenance import export_snapshot
 
-    result = export_snapshot(state.home, tag, dest, state.wait)
-    _out(f"exported {result.files} files ({tables.human_bytes(result.bytes)}) to {dest}\n")
+    record_captures(tag)
+    result = export_snapshot(state.home, tag, dest, state.wait, verbatim=verbatim)
+    relocated = f", {result.groups_relocated} group files pointing into it" if result.groups_relocated else ""
+    _out(f"exported {result.files} files ({tables.human_bytes(result.bytes)}) to {dest}{relocated}\n")
 
 
 @app.command()
 def cat(
     tag: TagArg,
-    path: Annotated[str, typer.Argument(metavar="PATH", help="file path relative to the cache root")],
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH",
+            help="file path relative to the cache root, or an imported profile's file name or sha256",
+        ),
+    ],
 ) -> None:
-    """Write one stored file to standard output."""
+    """Write one stored file (or imported profile file, as imported) to standard output."""
+    from kdb.profile.importer import stored_profile
     from kdb.store.maintenance import read_file
 
-    data = read_file(state.home, tag, path, state.wait)
+    record_captures(tag)
+    profile = stored_profile(state.home, tag, path, state.wait)
+    data = read_file(state.home, tag, path, state.wait) if profile is None else profile
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -289,6 +320,7 @@ def sql(
     from kdb.store.catalog.user_sql import UserSql
 
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
+    record_captures()
     where = state.home.location if state.home.location is not None else state.home.catalog_path
     with UserSql.open(where, wait_s=state.wait) as user_sql:
         columns, rows = user_sql.run(query)

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from kdb.cli.common import _out, app, state
+from kdb.cli.common import _out, _warn, app, state
 from kdb.errors import InputError
+from kdb.store.home import Home
 
 capture_app = typer.Typer(
     no_args_is_help=True,
@@ -29,7 +30,8 @@ def _tag(tag: str | None) -> str:
     from kdb.capture.cache import default_tag
     from kdb.capture.spool import check_tag
 
-    return check_tag(tag or os.environ.get("KDB_CAPTURE_TAG") or default_tag())
+    # an explicit `--tag ''` is a tag that breaks the rules, not a request for the default
+    return check_tag(tag if tag is not None else os.environ.get("KDB_CAPTURE_TAG") or default_tag())
 
 
 @capture_app.command("env")
@@ -58,15 +60,27 @@ def env(
     _out("".join(f"export {name}={shlex.quote(value)}\n" for name, _, value in (ln.partition("=") for ln in lines)))
 
 
+def record_captures(*tags: str, home: Home | None = None) -> None:
+    """Before a command reads `tags` (none given: every tag) of `home` (default: the home commands act on):
+    record what captures left waiting for them, or say on stderr, one line a tag, how many folders wait and
+    how to record them (kdb/capture/cache.py)."""
+    from kdb.capture.cache import RECORD_BEFORE_READ_WAIT_S, record_waiting
+
+    wait = min(state.wait, RECORD_BEFORE_READ_WAIT_S)
+    for notice in record_waiting(home or state.home, list(tags) or None, wait):
+        _warn(notice)
+
+
 @capture_app.command("check")
 def check() -> None:
-    """Say which of Triton's cache hooks the Triton of this Python has (exit 3 when it has neither)."""
+    """Say which of Triton's cache hooks the Triton this Python imports has (exit 3, one line on stderr, when it
+    has neither, or when a module shadows it or it cannot be imported)."""
     from kdb.capture.hooks import triton_hooks
 
     hooks = triton_hooks()
-    _out(hooks.describe() + "\n")
-    if not hooks.cache_manager and not hooks.remote_backend:
+    if not hooks.usable:
         raise InputError(hooks.describe())
+    _out(hooks.describe() + "\n")
 
 
 @capture_app.command("commit")
@@ -75,28 +89,18 @@ def commit(
     wait: Annotated[float, typer.Option("--wait-commit", metavar="SECONDS", help="wait for a running commit")] = 60.0,
 ) -> None:
     """Record what captures of TAG left spooled (a process killed, the catalog busy at its exit)."""
-    from kdb.capture.cache import Capture
+    from kdb.capture.cache import capture_root, record
+    from kdb.capture.spool import SpoolLayout
 
-    capture = Capture(state.home, _tag(tag))
-    try:
-        recorded = capture.commit(wait_s=wait)
-    finally:
-        capture.close()
-    _out(f"recorded {recorded} folders into {capture.layout.tag}\n")
+    layout = SpoolLayout(capture_root(state.home), _tag(tag))
+    keys, adopted = record(state.home, layout, wait)
+    _out(f"recorded {len(keys) + len(adopted)} folders into {layout.tag}\n")
 
 
 @capture_app.command("status")
 def status(tag: TagOpt = None) -> None:
-    """Folders of TAG spooled and not recorded yet, whole (compile finished) or not; folders the index serves."""
-    from kdb.capture.cache import capture_root
-    from kdb.capture.spool import SpoolLayout
+    """Folders of TAG spooled and not recorded yet: whole (compile finished), still being written, or left by a
+    writer that died mid-compile (each named); folders the index serves."""
+    from kdb.capture.cache import status_lines
 
-    layout = SpoolLayout(capture_root(state.home), _tag(tag))
-    spooled = sorted(p.name for p in layout.spool.iterdir()) if layout.spool.is_dir() else []
-    whole = {p.name for p in layout.whole_folders()}
-    index = layout.root / "index"
-    served = sum(1 for _ in index.glob("*/*.json")) if index.is_dir() else 0
-    _out(
-        f"{layout.tag}: {len(layout.waiting())} whole folders wait to be recorded, "
-        f"{len(spooled) - len(whole)} still being written; the index serves {served} folders (all tags)\n"
-    )
+    _out("".join(line + "\n" for line in status_lines(state.home, _tag(tag))))

@@ -23,10 +23,12 @@ def diff_cmd(
     a: Annotated[
         str,
         typer.Argument(
-            metavar="A", help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home)"
+            metavar="A",
+            help="baseline: a snapshot tag, or a cache directory (ingested into a temporary home); a name that is "
+            "both: tag:NAME for the snapshot, ./NAME for the directory",
         ),
     ],
-    b: Annotated[str, typer.Argument(metavar="B", help="candidate: a snapshot tag, or a cache directory")],
+    b: Annotated[str, typer.Argument(metavar="B", help="candidate: a snapshot tag (tag:NAME), or a cache directory")],
     fail_on: Annotated[
         list[str],
         typer.Option(
@@ -180,17 +182,35 @@ def report(
     _out(f"wrote {output} ({tables.human_bytes(len(text.encode()))})\n")
 
 
+TAG_PREFIX = "tag:"  # `kdb diff tag:NAME …`: the snapshot NAME, whatever directory is called NAME
+
+
 @contextmanager
 def _diff_source(ref: str) -> Iterator[tuple[Catalog, BlobStore, str, str]]:
     """(catalog, blob store, tag, label) of a `kdb diff` argument: a tag of the home, else a cache directory
-    ingested into a temporary home (deleted afterwards). The catalog is opened once and held open."""
+    ingested into a temporary home (deleted afterwards). The catalog is opened once and held open. A name that is
+    both a tag and a directory is refused (exit 2) rather than silently taken as either: `tag:NAME` names the
+    snapshot, `./NAME` the directory (a tag never holds a `/`, kdb/store/tags.py)."""
+    from kdb.cli.capture import record_captures
+
     home = state.home
+    explicit = ref.startswith(TAG_PREFIX)
+    tag = ref[len(TAG_PREFIX) :] if explicit else ref
+    path = Path(ref)
+    record_captures(tag)  # what captures left waiting for the tag is recorded first
     if home.has_catalog():
         with Catalog.open(home.catalog, read_only=True, wait_s=state.wait) as catalog:
-            if catalog.snapshot_id(ref) is not None:
-                yield catalog, home.store, ref, ref
+            if catalog.snapshot_id(tag) is not None:
+                if not explicit and path.is_dir():
+                    as_path = f"./{ref}" if "/" not in ref else str(path.resolve())
+                    raise UsageError(
+                        f"{ref!r} is both a snapshot tag of {home.describe()} and a directory: "
+                        f"write {TAG_PREFIX}{ref} for the snapshot or {as_path} for the directory"
+                    )
+                yield catalog, home.store, tag, tag
                 return
-    path = Path(ref)
+    if explicit:
+        raise TagError(f"unknown snapshot {tag!r} (see `kdb tags`)")
     if not path.is_dir():
         raise TagError(f"{ref!r} is neither a snapshot tag (see `kdb tags`) nor a cache directory")
     from kdb.ingest.temporary import temporary_snapshot

@@ -1,4 +1,5 @@
-"""`kdb profile import FILE… --tag T`: measured time beside a snapshot's artifacts."""
+"""`kdb profile import FILE… --tag T` and `kdb profile rm NAME|SHA256 --tag T`: measured time beside a snapshot's
+artifacts."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ profile_app = typer.Typer(
 )
 app.add_typer(profile_app, name="profile")
 
+TagOpt = Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="the snapshot of the cache the run used")]
+
 
 @profile_app.command("import", epilog=render_profiles.PROFILE_EPILOG)
 def import_(
@@ -27,13 +30,48 @@ def import_(
             metavar="FILE...", help="torch.profiler Chrome traces (.json, .json.gz) or Triton Proton .hatchet files"
         ),
     ],
-    tag: Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="the snapshot of the cache the run used")],
+    tag: TagOpt,
+    allow_unlinked: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unlinked",
+            help="import a profile even when more than half of its Triton launches find no kernel folder of the "
+            "snapshot (refused otherwise: a run of another cache)",
+        ),
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table or json")] = "table",
 ) -> None:
-    """Link every kernel launch of the files to the snapshot's kernel folder that ran it; store the files."""
+    """Link every kernel launch of the files to the snapshot's kernel folder that ran it; store the files.
+
+    A profile recorded on a GPU that runs none of the snapshot's targets is refused (exit 3), and so is one most of
+    whose Triton launches find no kernel of the snapshot, unless --allow-unlinked. The same profile imported again,
+    plain or gzipped, replaces its rows."""
+    from kdb.cli.capture import record_captures
     from kdb.profile.importer import import_profiles
 
     fmt = _fmt(fmt, ("table", "json"))
-    summary = import_profiles(state.home, tag, files, state.wait)
+    record_captures(tag)  # the kernel folders a capture left waiting are the ones its launches link to
+    summary = import_profiles(state.home, tag, files, state.wait, allow_unlinked=allow_unlinked)
     document = {"tag": summary.tag, "files": [asdict(f) for f in summary.files]}
     _out(render_profiles.render_profile_import(document, fmt))
+
+
+@profile_app.command("rm", epilog=render_profiles.PROFILE_RM_EPILOG)
+def rm(
+    profile: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME|SHA256",
+            help="the file name it was imported with, or the sha256 of the file or of its JSON (8+ hex digits)",
+        ),
+    ],
+    tag: Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="the snapshot it was imported into")],
+) -> None:
+    """Forget one imported profile of a snapshot (its file's blob stays until `kdb gc`)."""
+    from kdb.profile.importer import remove_profile
+
+    row = remove_profile(state.home, tag, profile, state.wait)
+    _out(
+        f"removed profile {row['name']} (sha256 {row['profile_hash']}) from {tag}; "
+        "run `kdb gc` to free its file if nothing else uses it\n"
+    )

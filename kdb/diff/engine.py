@@ -18,6 +18,7 @@ from typing import Any
 
 from kdb.diff.isa import diff_text
 from kdb.diff.matching import Pairing, learn_defaults, match
+from kdb.diff.mix_sources import CommonMix, like_with_like, like_with_like_lines, sources_differ
 from kdb.diff.model import (
     DEFAULT_MIN_MATCH,
     METRICS,
@@ -29,7 +30,14 @@ from kdb.diff.model import (
     Rule,
     Status,
 )
-from kdb.diff.rules import classify, judge_rule, trust_problem, unknown_figures, winner_rule_unknown
+from kdb.diff.rules import (
+    classify,
+    judge_rule,
+    trust_problem,
+    unknown_figures,
+    unknown_reasons,
+    winner_rule_unknown,
+)
 from kdb.diff.sides import Row, Side, row_document, without_cycle_collector
 from kdb.diff.verdict import cliff_warning, launchable
 from kdb.diff.winners import compare_winners
@@ -127,13 +135,16 @@ def _same_mix(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 _NO_MNEMONICS: dict[str, int] = {}
 
 
-def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
-    """The diff of a paired kernel: facts, limiters, instruction mix, first changed stage, verdict."""
-    a, b = p.a, p.b
+def compare_pair(p: Pairing, sa: Side, sb: Side, common: CommonMix | None = None) -> KernelDiff:
+    """The diff of a paired kernel: facts, limiters, instruction mix, first changed stage, verdict. `common`: the
+    instruction figures of a source both sides have, where their analyses chose different ones (like_with_like)."""
+    a, b = (common.a, common.b) if common is not None else (p.a, p.b)
     assert a is not None and b is not None
     get_a, get_b = a.get, b.get
     facts_differ = any(get_a(m) != get_b(m) for m in METRICS)
-    if _same_mix(a, b):  # equal digests: no mnemonic count changed, none needs reading
+    if common is not None:
+        mnemonics_a, mnemonics_b = common.mnemonics_a, common.mnemonics_b
+    elif _same_mix(a, b):  # equal digests: no mnemonic count changed, none needs reading
         mnemonics_a = mnemonics_b = _NO_MNEMONICS
     else:
         mnemonics_a, mnemonics_b = sa.mnemonics_of(a["cache_key"]), sb.mnemonics_of(b["cache_key"])
@@ -160,6 +171,7 @@ def compare_pair(p: Pairing, sa: Side, sb: Side) -> KernelDiff:
         severity=severity,
         reason=reason,
         warnings=(warning,) if warning else (),
+        mix_source=common.source if common is not None else None,
     )
 
 
@@ -230,8 +242,9 @@ def compare(
     key = "identity_any_target" if across_targets else "identity"
     defaults = learn_defaults(sa.kernels, sb.kernels, key, f"A ({sa.label})", f"B ({sb.label})")
     pairings = match(sa.kernels, sb.kernels, key, defaults)
+    common = like_with_like([p for p in pairings if p.status is None and sources_differ(p.a, p.b)], sa, sb)
     # Mnemonic rows are fetched, in one query per side, only for pairs whose mix digests differ.
-    differ = [p for p in pairings if p.status is None and not _same_mix(p.a, p.b)]
+    differ = [p for p in pairings if p.status is None and id(p) not in common and not _same_mix(p.a, p.b)]
     sa.load_mnemonics(p.a["cache_key"] for p in differ if p.a is not None)
     sb.load_mnemonics(p.b["cache_key"] for p in differ if p.b is not None)
     kernels: list[KernelDiff] = []
@@ -239,7 +252,7 @@ def compare(
     fired_set: set[str] = set()
     unknown_set: set[str] = set()
     for p in pairings:
-        kd = compare_pair(p, sa, sb) if p.status is None else _unpaired(p)
+        kd = compare_pair(p, sa, sb, common.get(id(p))) if p.status is None else _unpaired(p)
         judged = [(r.text, judge_rule(r, kd)) for r in rules]
         fired = tuple(text for text, verdict in judged if verdict is True)
         unknown = tuple(text for text, verdict in judged if verdict is None)
@@ -254,6 +267,7 @@ def compare(
         fired_set.update(w.fired_rules)
         unknown_set.update(r.text for r in rules if winner_rule_unknown(r, w))
     kernels.sort(key=_report_order)
+    unknown_rules = tuple(r.text for r in rules if r.text in unknown_set)
     result = DiffResult(
         sa.label,
         sb.label,
@@ -267,9 +281,10 @@ def compare(
         _targets(sb.kernels),
         min_match=min_match,
         winners=winners,
-        unknown_rules=tuple(r.text for r in rules if r.text in unknown_set),
+        unknown_rules=unknown_rules,
         allow_unknown=allow_unknown,
-        assumptions=defaults.assumptions + missing_figure_lines(sa, sb),
+        unknown_reasons=unknown_reasons(tuple(rules), unknown_rules, tuple(kernels)),
+        assumptions=defaults.assumptions + missing_figure_lines(sa, sb) + like_with_like_lines(sa, sb, kernels, rows),
     )
     return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
 
@@ -422,6 +437,13 @@ def report_sides(
     return result, views
 
 
+def _deep_mix(side: Side, row: Row, mix_source: str | None) -> list[tuple[str, str, int]]:
+    """A deep view's mix of one side: its own (instr_source) one, or the source both sides were compared by."""
+    if mix_source is None:
+        return side.mix_of(row["cache_key"])
+    return side.source_mix_of(mix_source, row["cache_key"]) if mix_source else []
+
+
 def views_of(
     result: DiffResult,
     kernel_rows: dict[int, tuple[Row | None, Row | None]],
@@ -446,15 +468,16 @@ def views_of(
             sb.load_documents([b])
         # Keyed by (mnemonic, group): one mnemonic can count in two groups of a kernel (a MUBUF load
         # from scratch and one from global memory), and each keeps its own row.
-        mix_a = {(m, g): c for m, g, c in sa.mix_of(a["cache_key"])} if a else {}
-        mix_b = {(m, g): c for m, g, c in sb.mix_of(b["cache_key"])} if b else {}
+        mix_a = {(m, g): c for m, g, c in _deep_mix(sa, a, kd.mix_source)} if a else {}
+        mix_b = {(m, g): c for m, g, c in _deep_mix(sb, b, kd.mix_source)} if b else {}
         rows: list[dict[str, Any]] = []
         for mn, grp in sorted(set(mix_a) | set(mix_b)):
             ca, cb = mix_a.get((mn, grp), 0), mix_b.get((mn, grp), 0)
             rows.append({"mnemonic": mn, "grp": grp, "a": ca, "b": cb, "delta": cb - ca})
         rows.sort(key=lambda r: (-abs(r["delta"]), r["grp"], r["mnemonic"]))
+        loops = kd.mix_source is None  # sides of two mix sources: only one side's loop mix is kept
         loop_rows, loop_known = _loop_rows(
-            sa.loop_mix_of(a["cache_key"]) if a else [], sb.loop_mix_of(b["cache_key"]) if b else []
+            sa.loop_mix_of(a["cache_key"]) if a and loops else [], sb.loop_mix_of(b["cache_key"]) if b and loops else []
         )
         ta, kind_a = sa.stage_text(a["cache_key"], "isa") if a else (None, None)
         tb, kind_b = sb.stage_text(b["cache_key"], "isa") if b else (None, None)

@@ -237,6 +237,10 @@ class KernelDiff:
     unknown_rules: tuple[str, ...] = ()
     # what the verdict does not say but a user should know (issue 28: the upgrade brought it near a cliff)
     warnings: tuple[str, ...] = ()
+    # The sides' instruction mixes come from different sources (SASS and PTX: one side ingested --no-sass): the
+    # source both have, whose counts were compared instead, or "" where none is common (not compared). None when
+    # both sides' mixes come from the same source (kdb/diff/mix_sources.py, like with like).
+    mix_source: str | None = None
 
     # The metric and limiter tables follow from the two sides' facts, so they are derived when a renderer
     # asks, not built for every pair: most of a 10k-kernel diff's pairs are never shown.
@@ -343,6 +347,8 @@ class DiffResult:
     # Rules that met a figure kdb could not compute on some kernel (the CLI exits 8 unless --allow-unknown)
     unknown_rules: tuple[str, ...] = ()
     allow_unknown: bool = False
+    # Why each of unknown_rules could not be judged: `vgpr:+10: cuda kernels have no VGPR count (…)` (rules.py)
+    unknown_reasons: tuple[str, ...] = ()
     # One line per thing kdb had to assume: an unknown release or target, figures it could not compute
     assumptions: tuple[str, ...] = ()
 

@@ -91,6 +91,7 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
         "rules": [x.text for x in r.rules],
         "fired_rules": r.fired,
         "unknown_rules": r.unknown_rules,
+        "unknown_reasons": r.unknown_reasons,
         "allow_unknown": r.allow_unknown,
         "assumptions": r.assumptions,
         "kernels": [kernel_document(k, r.key_of(k)) for k in r.kernels],

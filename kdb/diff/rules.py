@@ -42,7 +42,10 @@ def parse_rules(texts: list[str]) -> list[Rule]:
         for raw in text.split(","):
             piece = raw.strip()
             if not piece:
-                continue
+                # `--fail-on ''` or `--fail-on ','` (an unset CI variable) would otherwise gate on nothing and pass
+                raise UsageError(
+                    f"--fail-on {text!r} holds an empty rule: name each rule (an empty one gates on nothing)"
+                )
             if piece in SIMPLE_RULES:
                 rules.append(Rule(piece, piece))
                 continue
@@ -130,9 +133,45 @@ def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
     return judge_rule(rule, kd) is True
 
 
-# Figures each rule reads, per backend (a column another vendor never has is not "unknown" there).
+# Figures each rule reads, per backend. A register rule over a register file a backend does not have (VGPRs,
+# SGPRs, AGPRs of an NVIDIA kernel) cannot be judged there: unknown, so the gate fails closed (exit 8), never a pass.
 SCRATCH_FIGURES = {"hip": ("scratch_bytes",), "cuda": ("stack_bytes", "local_bytes")}
 REGISTER_BACKENDS = {"vgpr": ("hip",), "sgpr": ("hip",), "agpr": ("hip",), "registers": ("hip", "cuda")}
+REGISTER_FIGURE = {"vgpr": "VGPR count", "sgpr": "SGPR count", "agpr": "AGPR count", "registers": "register count"}
+
+
+def figure_absent(rule: Rule, backend: str | None) -> str | None:
+    """Why `rule` can never be judged on a kernel of `backend` (`cuda kernels have no VGPR count`): the figure it
+    reads does not exist for that backend. None when the backend has it."""
+    if rule.kind not in REGISTER_BACKENDS or (backend or "") in REGISTER_BACKENDS[rule.kind]:
+        return None
+    where = f"{backend} kernels" if backend else "kernels of an unknown backend"
+    hint = " (registers:+N gates NVIDIA registers)" if backend == "cuda" else ""
+    return f"{where} have no {REGISTER_FIGURE[rule.kind]}{hint}"
+
+
+UNCOMPUTED = "a figure it reads could not be computed"
+
+
+def unknown_reasons(
+    rules: tuple[Rule, ...], unknown: tuple[str, ...], kernels: tuple[KernelDiff, ...]
+) -> tuple[str, ...]:
+    """Why each rule of `unknown` (those that met an unknown) could not be judged, once per cause: `vgpr:+10: cuda
+    kernels have no VGPR count (…)` where the figure does not exist for a kernel's backend, else that a figure it
+    reads could not be computed (each such kernel's reason, or the autotune winners, say which)."""
+    out: list[str] = []
+    for rule in rules:
+        if rule.text not in unknown:
+            continue
+        causes: list[str] = []
+        for kd in kernels:
+            if rule.text in kd.unknown_rules:
+                backend = next((f.backend for f in (kd.a, kd.b) if f is not None and f.backend), None)
+                why = figure_absent(rule, backend) or UNCOMPUTED
+                if why not in causes:
+                    causes.append(why)
+        out += [f"{rule.text}: {why}" for why in causes or [UNCOMPUTED]]
+    return tuple(out)
 
 
 def judge_rule(rule: Rule, kd: KernelDiff) -> bool | None:
@@ -153,8 +192,8 @@ def judge_rule(rule: Rule, kd: KernelDiff) -> bool | None:
     if rule.kind == HEADROOM_RULE:
         return _headroom_below(a, b, int(rule.threshold))
     col = REGISTER_COLUMN[rule.kind]
-    if backend not in REGISTER_BACKENDS[rule.kind]:
-        return False  # an AMD register file on an NVIDIA kernel: the rule does not apply
+    if figure_absent(rule, backend):
+        return None  # an AMD register file on an NVIDIA kernel: nothing to judge, and no pass either
     va, vb = a.get(col), b.get(col)
     if va is None or vb is None:
         if rule.kind == "agpr" and va is None and vb is None:

@@ -34,6 +34,8 @@ class Side:
     mix_rows: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # filled by load_mix
     # (loop depth, mnemonic, group, count) per kernel, filled by load_mix (kernels whose loop nest is known)
     loop_rows: dict[str, list[tuple[int, str, str, int]]] = field(default_factory=dict)
+    # (source, cache_key) -> (mnemonic, group, count) rows of that source's mix, filled by load_source_mix
+    source_mix: dict[tuple[str, str], list[tuple[str, str, int]]] = field(default_factory=dict)
 
     def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
         """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
@@ -56,6 +58,20 @@ class Side:
             for key in missing:
                 self.mix_rows[key] = got.get(key, [])
                 self.loop_rows[key] = by_loop.get(key, [])
+
+    def load_source_mix(self, source: str, cache_keys: Iterable[str]) -> None:
+        """Fetch, in one query, the mix one source gave of some kernels (whichever source their analysis chose):
+        empty for a kernel without that source."""
+        missing = [k for k in cache_keys if (source, k) not in self.source_mix]
+        if missing:
+            got = self.catalog.diff_instr_mix_of_source(self.tag, missing, source)
+            for key in missing:
+                self.source_mix[source, key] = got.get(key, [])
+
+    def source_mix_of(self, source: str, cache_key: str) -> list[tuple[str, str, int]]:
+        """(mnemonic, group, count) rows of the mix `source` gave of one kernel; empty when it has none."""
+        self.load_source_mix(source, [cache_key])
+        return self.source_mix[source, cache_key]
 
     def mix_of(self, cache_key: str) -> list[tuple[str, str, int]]:
         """(mnemonic, group, count) rows of one kernel (the deep view)."""

@@ -131,10 +131,8 @@ def rules_line(r: DiffResult) -> str:
     if r.unknown_rules:
         n = sum(1 for k in r.kernels if k.unknown_rules)
         outcome = "not gating: --allow-unknown" if r.allow_unknown else "exit 8 unless --allow-unknown"
-        text += (
-            f"; unknown: {', '.join(r.unknown_rules)} on {n} kernel{'s' * (n != 1)} "
-            f"(a figure they read could not be computed: {outcome})"
-        )
+        why = "; ".join(r.unknown_reasons) or "a figure they read could not be computed"
+        text += f"; unknown: {', '.join(r.unknown_rules)} on {n} kernel{'s' * (n != 1)} ({why}: {outcome})"
     return text
 
 

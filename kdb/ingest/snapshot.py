@@ -11,7 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,11 @@ from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link
 from kdb.ingest.training import train_missing
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
 from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
+from kdb.profile.importer import ProfileRelink
 from kdb.store.catalog import JSON_LOAD_MIN_VALUES, Catalog, Table, value_count
 from kdb.store.home import Home
 from kdb.store.staging import Staging
+from kdb.store.tags import check_tag
 
 # Real Triton artifacts are at most a few MB; a file this large is not one of them.
 DEFAULT_MAX_FILE_BYTES = 1 << 30
@@ -59,12 +61,17 @@ class IngestSummary:
     files_unchanged: int = 0
     # seconds spent in each phase (walking, reading the catalog, storing and analysing, …), in order
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # --replace: the replaced snapshot's imported profiles, linked again to the new kernels (each file's summary,
+    # as `kdb profile import` gives it), and those dropped, each with its name, profile_hash and reason
+    profiles_relinked: list[dict[str, Any]] = field(default_factory=list)
+    profiles_dropped: list[dict[str, Any]] = field(default_factory=list)
+    # damaged stored blobs that this cache's bytes replaced (kdb/store/blobs.py: Repair)
+    blobs_repaired: int = 0
 
 
 def validate_tag(tag: str) -> str:
-    if not tag or not tag.strip() or tag != tag.strip() or any(c in tag for c in "\n\r\t"):
-        raise UsageError(f"invalid tag {tag!r}: use a non-empty name without surrounding spaces")
-    return tag
+    """A new snapshot's tag follows the one rule set of every tag (kdb/store/tags.py)."""
+    return check_tag(tag)
 
 
 def parse_labels(pairs: list[str]) -> dict[str, str]:
@@ -113,6 +120,7 @@ def ingest(
             f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
         )
     workers = workers or os.cpu_count() or 1
+    relink = ProfileRelink(home, tag) if replace else None
     for attempt in range(3):
         try:
             recorded, problem_list, totals, links, notes = _ingest_once(
@@ -131,6 +139,7 @@ def ingest(
                 rehash,
                 phase,
                 append,
+                relink=relink,
             )
             break
         except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
@@ -152,6 +161,9 @@ def ingest(
         notes=notes,
         files_unchanged=totals.get("files_unchanged", 0),
         phase_seconds=timed.finish(),
+        blobs_repaired=totals.get("blobs_repaired", 0),
+        profiles_relinked=[asdict(kept) for kept in relink.kept] if relink else [],
+        profiles_dropped=list(relink.dropped) if relink else [],
     )
 
 
@@ -171,6 +183,7 @@ def _ingest_once(
     rehash: bool,
     phase: Callable[[str], None],
     append: Sequence[tuple[str, str]] | None = None,
+    relink: ProfileRelink | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
     phase("reading the catalog")
     with home.writer(lock_wait_s):
@@ -189,7 +202,7 @@ def _ingest_once(
             seen = _Seen()
             phase("storing and analysing")
             totals = _store_and_stage(
-                home, staging, walk, (reused, groups), known, workers, max_file_bytes, progress, options, seen
+                home, staging, walk, (reused, groups), known, workers, max_file_bytes, progress, options, seen, rehash
             )
             totals["files_unchanged"] = sum(len(r.files) for r in reused)
             phase("linking")
@@ -222,6 +235,7 @@ def _ingest_once(
                     replace=replace,
                     ensure_blobs=home.store.refresh if home.is_shared else None,
                     append=append is not None,
+                    relink=relink.bound(catalog) if relink is not None else None,
                 )
                 recorded = catalog.get_snapshot(tag)
                 problem_list = catalog.snapshot_problems(tag)
@@ -315,12 +329,13 @@ def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
                 )
     try:
         contents = [(path, kind, home.store.get(digest, size)) for path, kind, digest, size in seen.files]
-    except IntegrityError:
+    except IntegrityError as exc:
         # On a shared home a gc that listed a reused blob before this ingest touched it may delete it
         # after (its stat and unlink are not atomic); the commit would catch that, this read comes first.
         if home.is_shared and any(not home.store.has(digest) for _, _, digest, _ in seen.files):
             raise CollectedMeanwhile("a file this ingest reused was garbage-collected before it was linked") from None
-        raise
+        # a damaged blob of a file whose metadata was unchanged (not read, so not put): --rehash puts it again
+        raise IntegrityError(f"{exc}; `kdb ingest --rehash` reads every file again and replaces it") from None
     links = link_inductor(contents, [facts[k] for k in sorted(facts)])
     for path, reason in links.problems:
         links.add("file_problems", path=path, cache_key=None, stage="inductor", reason=reason)
@@ -338,9 +353,11 @@ def _store_and_stage(
     progress: Callable[[int, int, int, int], None] | None,
     options: AnalysisOptions,
     seen: _Seen,
+    rehash: bool = False,
 ) -> dict[str, int]:
     """Store every file and stage every row; return the snapshot's file count and byte totals. `work`: the
-    results made from file metadata alone (reuse_unchanged), and the groups to read."""
+    results made from file metadata alone (reuse_unchanged), and the groups to read (REHASH: each stored blob
+    they would reuse is decompressed and compared with the file, and replaced when it differs)."""
     reused, groups = work
     walked = {f.rel: f for f in walk.files}
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
@@ -350,15 +367,17 @@ def _store_and_stage(
         )
     total_files = len(walk.files)
     total_bytes = sum(f.size for f in walk.files)
-    totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0}
+    totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0, "blobs_repaired": 0}
     done_files = 0
-    results = itertools.chain(reused, run_groups(home.store.root, groups, max_file_bytes, workers, known, options))
+    stored = run_groups(home.store.root, groups, max_file_bytes, workers, known, options, full_check=rehash)
+    results = itertools.chain(reused, stored)
     for done, result in enumerate(results, 1):
         _stage(tables, result, walked)
         for name, data in result.encoded.items():
             staging.add_encoded(name, data)
         seen.add(result)
         totals["new_bytes"] += result.new_bytes
+        totals["blobs_repaired"] += result.repaired
         totals["raw_bytes"] += result.bytes_read
         totals["file_count"] += len(result.files)
         done_files += len(result.files) + sum(1 for p in result.problems if p[2] == "read")

@@ -18,6 +18,7 @@ def temporary_snapshot(
     """Ingest `path` into a temporary home; yield (that home, the snapshot's tag)."""
     with tempfile.TemporaryDirectory(prefix="kdb-diff-") as tmp:
         home = Home(Path(tmp))
-        tag = path.resolve().name or "dir"
+        # The directory's own name may be no tag at all (`my cache`, `(copy)`); it is the side's label, not its tag.
+        tag = "directory"
         ingest(home, path, tag, lock_wait_s=wait_s, progress=progress)
         yield home, tag

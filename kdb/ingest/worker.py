@@ -38,13 +38,14 @@ SASS_BATCH_MAX_FOLDERS = 64
 class GroupResult:
     cache_key: str | None
     folder_digest: str | None = None
-    known: bool = False  # the catalog holds this folder already: nothing stored, nothing analysed
+    known: bool = False  # the catalog holds this folder already: nothing analysed, only damaged or missing blobs stored
     files: list[dict[str, Any]] = field(default_factory=list)  # name (relative to the folder), hash, size, kind
     blobs: list[dict[str, Any]] = field(default_factory=list)
     analysis: FolderAnalysis | None = None
     problems: list[tuple[str, str | None, str, str]] = field(default_factory=list)  # read problems
     new_bytes: int = 0
     bytes_read: int = 0
+    repaired: int = 0  # damaged stored blobs these files' bytes replaced
     # analysis rows the worker encoded for the staging file (table -> newline-delimited JSON): the parent
     # appends them as they are, so its per-row work does not grow with the number of workers
     encoded: dict[str, bytes] = field(default_factory=dict)
@@ -78,9 +79,12 @@ def _store_group(
     analyze: bool,
     known: frozenset[str],
     jobs: list[tuple[GroupResult, FolderJob]],
+    full_check: bool = False,
 ) -> GroupResult:
     """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store it, and
-    (when ANALYZE) append its analysis job to JOBS."""
+    (when ANALYZE) append its analysis job to JOBS. Every file read is put, a known folder's too: a put
+    checks the blob it would reuse and replaces a damaged one (kdb/store/blobs.py: Repair; FULL_CHECK,
+    `--rehash`: the stored bytes decompressed and compared), which costs no compression otherwise."""
     store = BlobStore(Path(store_root))
     out = GroupResult(cache_key)
     read: list[tuple[WalkedFile, bytes | None, str]] = []
@@ -92,10 +96,11 @@ def _store_group(
             continue
         try:
             if f.size > STREAM_THRESHOLD:  # stored while hashed, in streaming passes
-                put = store.put_file(Path(f.abspath), f.size)
+                put = store.put_file(Path(f.abspath), f.size, full_check=full_check)
                 read.append((f, None, put.digest))
                 out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
                 out.new_bytes += put.stored_size if put.new else 0
+                out.repaired += put.repaired
                 continue
             with open(f.abspath, "rb") as fh:
                 data = fh.read(max_bytes + 1)
@@ -111,16 +116,18 @@ def _store_group(
     if cache_key is not None:
         out.folder_digest = folder_digest(cache_key, [(r["name"], r["hash"]) for r in out.files])
         out.known = out.folder_digest in known
-    if out.known:
-        return out
     contents: list[FolderFile] = []
     for f, content, digest in read:
         if content is None:
             continue
-        put = store.put_bytes(content, digest, f.kind)
-        out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
+        put = store.put_bytes(content, digest, f.kind, full_check=full_check)
         out.new_bytes += put.stored_size if put.new else 0
-        contents.append(FolderFile(f.rel, f.kind, content))
+        out.repaired += put.repaired
+        if not out.known:  # a known folder's blobs have their rows
+            out.blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
+            contents.append(FolderFile(f.rel, f.kind, content))
+    if out.known:
+        return out
     if analyze and cache_key is not None and out.folder_digest is not None:
         json_file = kernel_json(files)
         json_contents = next((c for c in contents if json_file and c.rel == json_file.rel), None)
@@ -176,11 +183,13 @@ def _store_groups(
     batch: list[tuple[Group, frozenset[str]]],
     max_bytes: int,
     options: AnalysisOptions,
+    full_check: bool = False,
 ) -> list[GroupResult]:
     """Runs in a worker: store a batch of folders, then analyse the new kernel folders together."""
     jobs: list[tuple[GroupResult, FolderJob]] = []
     results = [
-        _store_group(store_root, key, files, max_bytes, analyze, known, jobs) for (key, files, analyze), known in batch
+        _store_group(store_root, key, files, max_bytes, analyze, known, jobs, full_check)
+        for (key, files, analyze), known in batch
     ]
     for (out, _), analysis in zip(jobs, analyze_folders([job for _, job in jobs], options), strict=True):
         analysis.rows = compact_rows(analysis.rows)  # as the catalog stores them: fewer rows to pickle and stage
@@ -305,11 +314,14 @@ def run_groups(
     workers: int,
     known: dict[str, frozenset[str]],
     options: AnalysisOptions,
+    full_check: bool = False,
 ) -> Iterator[GroupResult]:
+    """Store and analyse the groups (FULL_CHECK: a stored blob is decompressed and compared before it is
+    reused, `kdb ingest --rehash`), in worker processes when there are enough files."""
     total_files = sum(len(g[1]) for g in groups)
     if workers <= 1 or total_files < POOL_MIN_FILES:
         for batch in batches(groups, known, workers, options.sass):
-            yield from _store_groups(str(store_root), batch, max_bytes, options)
+            yield from _store_groups(str(store_root), batch, max_bytes, options, full_check)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
@@ -325,7 +337,7 @@ def run_groups(
     ) as pool:
         pending: deque[Future[list[GroupResult]]] = deque()
         for batch in batches(groups, known, workers, options.sass):
-            pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options))
+            pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options, full_check))
             if len(pending) >= window:
                 yield from pending.popleft().result()
         while pending:

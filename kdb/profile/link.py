@@ -5,9 +5,11 @@ guessed):
 
 1. the name: the folders of the snapshot whose kernel has the launch's name (a Triton kernel's name is its
    Python function's, Inductor's `triton_poi_fused_add_0`; Proton and torch.profiler both record it);
-2. the launch record, where the profiler kept one (torch.profiler: CUPTI's): the block is Triton's
-   (num_warps × warp size, 1, 1), the dynamic shared memory is the folder's `shared`, and the registers per
-   thread are the folder's — or the driver's floor above them (DRIVER_REGISTER_FLOORS);
+2. the launch record, where the profiler kept one (torch.profiler: CUPTI's): the device's backend is the
+   folder's (a CUDA block of 128 threads is also 2 AMD waves of 64: only the vendor tells them apart), the block
+   is Triton's (num_warps × warp size, 1, 1), the dynamic shared memory is the folder's `shared`, and the
+   registers per thread are the folder's — or, for a CUDA folder only, the CUDA driver's floor above them
+   (DRIVER_REGISTER_FLOORS);
 3. TorchInductor's autotuning: of the folders one generated module compiled, Inductor launches only the
    autotune winner (`.best_config`), so a module whose winner fits stands for its winner alone;
 4. the grid, where kdb can tell the grid Inductor launches a folder with (a `Grid1D` kernel whose `xnumel` is a
@@ -77,6 +79,7 @@ class Folder:
     module: str | None = None  # the Inductor generated module it was compiled from (kernels.inductor_module)
     code_hash: str | None = None  # the blob hash of its code object (cubin / hsaco)
     grid: tuple[int, int, int] | None = None  # the grid Inductor launches it with, where known
+    backend: str | None = None  # 'cuda' | 'hip' (kernels.backend)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,10 @@ def link_launches(launch: Launches, folders: Sequence[Folder]) -> Link:
 
 
 def _fits(launch: Launches, folder: Folder) -> bool:
-    """The launch record agrees with the folder's facts (a fact either side lacks does not exclude it)."""
+    """The launch record agrees with the folder's facts (a fact either side lacks does not exclude it). Each
+    vendor's rule holds for its own backend only: the driver's register floor is CUDA's."""
+    if launch.backend is not None and folder.backend is not None and launch.backend != folder.backend:
+        return False
     threads = None if folder.num_warps is None or folder.warp_size is None else folder.num_warps * folder.warp_size
     if launch.block is not None and threads is not None and launch.block != (threads, 1, 1):
         return False
@@ -129,7 +135,7 @@ def _fits(launch: Launches, folder: Folder) -> bool:
         return False
     recorded, own = launch.registers, folder.registers
     if recorded is not None and own is not None and recorded != own:
-        return own < recorded and recorded in DRIVER_REGISTER_FLOORS
+        return folder.backend == "cuda" and own < recorded and recorded in DRIVER_REGISTER_FLOORS
     return True
 
 

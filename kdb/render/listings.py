@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
-from kdb.render.profiles import render_kernel_times
+from kdb.render.profiles import render_kernel_times, render_relinked
 from kdb.render.tables import (
     _cell,
+    fitted_table,
     human_bytes,
     render_rows,
     table_csv,
@@ -29,17 +31,30 @@ TAG_COLUMNS = (
 )
 
 
-def render_tags(snapshots: list[dict[str, Any]], fmt: str) -> str:
+TAG_HEADERS = ("tag", "created", "kernels", "files", "problems", "raw", "stored", "triton", "targets", "labels")
+# At a narrow width the lists (triton, targets, labels) are elided at their end, and where that is not enough these
+# columns go, in this order. The tag is never elided: it is what every other command takes.
+TAG_OPTIONAL = tuple(TAG_HEADERS.index(h) for h in ("files", "raw", "created", "stored", "labels"))
+TAG_ELIDE = {TAG_HEADERS.index(h): ("end", n) for h, n in (("triton", 6), ("targets", 12), ("labels", 6))}
+
+
+def render_tags(snapshots: list[dict[str, Any]], fmt: str, width: int | None = None) -> str:
+    """`kdb tags`: with a `width` (a terminal, or COLUMNS), the table fits it and says which columns it left out."""
     if fmt == "json":
         return to_json(snapshots)
     rows = [
         [s[c] if c not in ("raw_bytes", "stored_bytes") or fmt == "csv" else human_bytes(s[c]) for c in TAG_COLUMNS]
         for s in snapshots
     ]
-    headers = ["tag", "created", "kernels", "files", "problems", "raw", "stored", "triton", "targets", "labels"]
     if not snapshots and fmt == "table":
         return "no snapshots yet: run `kdb ingest DIR --tag NAME`\n"
-    return render_rows(headers, rows, fmt)
+    if fmt != "table" or width is None:
+        return render_rows(list(TAG_HEADERS), rows, fmt)
+    dropped: list[str] = []
+    text = fitted_table(TAG_HEADERS, rows, width, elide=TAG_ELIDE, optional=TAG_OPTIONAL, dropped=dropped)
+    if dropped:
+        text += textwrap.fill(f"not shown at this width: {', '.join(dropped)} (-f csv: all)", width) + "\n"
+    return text
 
 
 def render_snapshot(
@@ -72,6 +87,9 @@ def render_ingest(summary: Any) -> str:
             f"  {summary.files_unchanged} of {summary.files} files unchanged since the last ingest of this directory "
             "(size, mtime, inode): not read again (--rehash reads them)\n"
         )
+    if getattr(summary, "blobs_repaired", 0):
+        n = summary.blobs_repaired
+        out += f"  repaired {n} damaged stored blob{'s' if n != 1 else ''} with this cache's bytes\n"
     found = getattr(summary, "found", None) or {}
     if found.get("generated_modules") or found.get("best_configs") or found.get("autotune_files"):
         out += (
@@ -84,6 +102,7 @@ def render_ingest(summary: Any) -> str:
             out += f"  links {kind.replace('_', ' ')}: {shown}\n"
     for note, n in (getattr(summary, "notes", None) or {}).items():
         out += f"  {n} kernel{'s' if n != 1 else ''} with the PTX mix only, {note}\n"
+    out += render_relinked(getattr(summary, "profiles_relinked", []), getattr(summary, "profiles_dropped", []))
     for p in summary.problem_list[:20]:
         out += f"  problem: {p['path']}: {p['reason']}\n"
     if len(summary.problem_list) > 20:
@@ -101,9 +120,14 @@ def render_verify(report: Any, fmt: str) -> str:
                 "unreferenced_blobs": report.unreferenced,
                 "unreferenced_bytes": report.unreferenced_bytes,
                 "temporaries": report.temporaries,
+                "catalog": getattr(report, "catalog", True),
+                "notes": report.notes,
             }
         )
     out = "".join(f"problem: {p}\n" for p in report.problems)
+    out += "".join(f"note: {n}\n" for n in report.notes)
+    if not getattr(report, "catalog", True):
+        out += "no catalog in this home: no snapshot references any blob (`kdb ingest` records one)\n"
     status = "OK" if report.ok else f"{len(report.problems)} problems"
     out += (
         f"verify: {status}; {report.blobs_checked} blobs re-hashed, {report.unreferenced} unreferenced "
@@ -152,6 +176,11 @@ def gc_summary(result: Any) -> str:
         out += (
             f"; catalog compacted {human_bytes(result.catalog_bytes_before)} -> "
             f"{human_bytes(result.catalog_bytes_after)}"
+        )
+    if result.capture_folders_removed or result.capture_index_removed:
+        out += (
+            f"; removed {result.capture_folders_removed} captured folders whose writer died mid-compile and "
+            f"{result.capture_index_removed} capture index entries (damaged, or naming deleted blobs)"
         )
     return out + "\n"
 

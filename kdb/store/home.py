@@ -35,12 +35,17 @@ class SharedLocation:
 
 
 def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
+    """The local home's directory. UsageError when something other than a directory is there: a home that is a
+    regular file would read as a new, empty home (no snapshot) and fail only at the first write."""
     if explicit:
-        return Path(explicit).expanduser()
-    env = os.environ.get("KDB_HOME")
-    if env:
-        return Path(env).expanduser()
-    return Path(platformdirs.user_data_dir("kdb", appauthor=False))
+        path = Path(explicit).expanduser()
+    elif env := os.environ.get("KDB_HOME"):
+        path = Path(env).expanduser()
+    else:
+        path = Path(platformdirs.user_data_dir("kdb", appauthor=False))
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"the kdb home {path} is not a directory")
+    return path
 
 
 def resolve_shared(catalog: str | None, store: str | os.PathLike[str] | None) -> tuple[str, Path] | None:

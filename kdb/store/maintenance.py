@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import tempfile
+import secrets
+import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from kdb.capture.cache import collect_capture, verify_capture
 from kdb.errors import IntegrityError, UsageError
-from kdb.store.blobs import TEMP_PREFIX, BlobStore, Dictionary, is_blob_name
+from kdb.store.blobs import TEMP_PREFIX, BlobStore, Dictionary, create_file, is_blob_name
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
 
@@ -35,6 +40,8 @@ class GcResult:
     catalog_compacted: bool = False
     catalog_bytes_before: int = 0
     catalog_bytes_after: int = 0
+    capture_folders_removed: int = 0  # spooled by a capture whose writer died mid-compile (kdb/capture/spool.py)
+    capture_index_removed: int = 0  # capture index entries damaged or naming blobs no snapshot references
 
 
 def collect_garbage(
@@ -48,6 +55,12 @@ def collect_garbage(
     if home.is_shared:
         return _collect_shared(home, lock_wait_s, grace_s)
     with home.writer(lock_wait_s):
+        if not home.catalog_path.exists() and any(True for _ in home.store.iter_blobs()):
+            # Without a catalog every blob looks unreferenced: a lost or moved catalog must not cost the store.
+            raise IntegrityError(
+                f"{home.catalog_path}: no catalog beside a store that holds blobs; gc deleted nothing "
+                "(`kdb verify` lists what the store holds)"
+            )
         catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.drop_unreferenced()
@@ -73,7 +86,17 @@ def collect_garbage(
             if path.exists():
                 freed += store.remove(path)
                 temps += 1
-        return GcResult(deleted, freed, temps, compacted, catalog_before, catalog_after)
+        capture = collect_capture(home, keep, grace_s)  # kdb/capture: dead writers' folders, stale index entries
+        return GcResult(
+            deleted,
+            freed,
+            temps + capture.leftovers,
+            compacted,
+            catalog_before,
+            catalog_after,
+            len(capture.died_folders),
+            capture.index_entries,
+        )
 
 
 def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
@@ -104,7 +127,14 @@ def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
         elif name not in keep:
             freed += store.remove(path)
             deleted += 1
-    return GcResult(deleted, freed, temps)
+    capture = collect_capture(home, keep, grace_s)  # kdb/capture: dead writers' folders, stale index entries
+    return GcResult(
+        deleted,
+        freed,
+        temps + capture.leftovers,
+        capture_folders_removed=len(capture.died_folders),
+        capture_index_removed=capture.index_entries,
+    )
 
 
 def _replace_catalog(home: Home) -> bool:
@@ -130,6 +160,8 @@ class VerifyReport:
     unreferenced: int = 0
     unreferenced_bytes: int = 0
     temporaries: int = 0
+    notes: list[str] = field(default_factory=list)  # not problems: what waits to be recorded, what `kdb gc` removes
+    catalog: bool = True  # False: the home has no catalog (yet, or any more): every blob is unreferenced
 
     @property
     def ok(self) -> bool:
@@ -137,25 +169,36 @@ class VerifyReport:
 
 
 def verify(home: Home, lock_wait_s: float) -> VerifyReport:
-    """Re-hash every blob in the store and check that every catalog reference resolves to an intact blob."""
+    """Re-hash every blob in the store and check that every catalog reference resolves to an intact blob;
+    a problem with a referenced blob names every snapshot that uses it. A home without a catalog (blobs
+    only) is checked too: its blobs re-hashed and counted as unreferenced."""
     report = VerifyReport()
-    with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-        refs = catalog.referenced_blobs()
-        report.problems.extend(catalog.dangling_rows())
+    refs: list[dict] = []
+    if home.has_catalog():
+        with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
+            refs = catalog.referenced_blobs()
+            report.problems.extend(catalog.dangling_rows())
+            capture = verify_capture(home, catalog)  # kdb/capture: its index against the catalog, what waits
+    else:
+        report.catalog = False
+        capture = verify_capture(home, None)
+    report.problems.extend(capture.problems)
+    report.notes.extend(capture.notes)
     store = home.store
     referenced = {}
     for ref in refs:
         referenced[ref["hash"]] = ref
         if ref["sizes"] != 1:
-            report.problems.append(f"blob {ref['hash']}: files record {ref['sizes']} different sizes")
+            report.problems.append(f"blob {ref['hash']}: files record {ref['sizes']} different sizes; {_used_by(ref)}")
         if ref["unrecorded"]:
-            report.problems.append(
-                f"blob {ref['hash']}: referenced by {ref['example']} but missing from the blobs table"
-            )
+            report.problems.append(f"blob {ref['hash']}: missing from the blobs table; {_used_by(ref)}")
         check = store.check(ref["hash"], ref["size"])
         report.blobs_checked += 1
         if check.problem:
-            report.problems.append(f"{check.problem} (used by {ref['example']})")
+            report.problems.append(
+                f"{check.problem}; {_used_by(ref)}; ingesting a cache that holds the file replaces it "
+                "(`--rehash` for a directory ingested before)"
+            )
     dictionaries = _verify_dictionaries(store, report)
     for name, path in store.iter_blobs():
         if path.name.startswith(TEMP_PREFIX):
@@ -175,6 +218,12 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
             report.unreferenced_bytes += path.stat().st_size
     report.temporaries += sum(1 for path in home.scratch_files() if path.exists())
     return report
+
+
+def _used_by(ref: dict) -> str:
+    """Every snapshot that uses a referenced blob, and one of its files."""
+    tags = ref["tags"]
+    return f"used by {len(tags)} snapshot{'s' if len(tags) != 1 else ''}: {', '.join(tags)} (e.g. {ref['example']})"
 
 
 def _verify_dictionaries(store: BlobStore, report: VerifyReport) -> set[str]:
@@ -213,30 +262,112 @@ def safe_relative(path: str) -> PurePosixPath:
 class ExportResult:
     files: int
     bytes: int
+    groups_relocated: int = 0  # Triton group files rewritten to point into the destination
 
 
-def export_snapshot(home: Home, tag: str, dest: Path, lock_wait_s: float) -> ExportResult:
+def export_snapshot(home: Home, tag: str, dest: Path, lock_wait_s: float, *, verbatim: bool = False) -> ExportResult:
+    """Write a snapshot's files under DEST (a new or empty directory) as a working Triton cache there.
+
+    Every file is restored byte for byte but Triton's group files (`__grp__NAME.json`): their
+    `child_paths` name the folder the cache was compiled into, and Triton's FileCacheManager.get_group
+    returns nothing when a child path is missing, so they are written as Triton writes them when it
+    compiles into DEST (relocate_group); VERBATIM keeps the stored bytes. Files and folders get the modes
+    Triton gives them (0666 and 0777 less the umask). The tree is written into a temporary folder beside
+    DEST and renamed to DEST once whole: a failure (a damaged blob, a full disk) leaves nothing behind."""
     with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
         rows = catalog.snapshot_files(tag)
     if dest.is_symlink():
         raise UsageError(f"{dest}: destination is a symbolic link")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UsageError(f"{dest}: destination exists and is not an empty directory")
-    dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
-    store = home.store
-    total = 0
+    # Absolute, symbolic links kept: what TRITON_CACHE_DIR would name and Triton would write.
+    target = Path(os.path.abspath(dest))
+    made = _make_missing(target.parent)
+    staging = _new_folder(target.parent, ".kdb-export-")
+    try:
+        result = _write_tree(home.store, rows, staging, None if verbatim else str(target))
+        if target.exists():  # an empty directory the user made: the export takes its mode
+            os.chmod(staging, stat.S_IMODE(target.stat().st_mode))
+        os.replace(staging, target)  # replaces an empty directory; refused if one appeared meanwhile
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, IntegrityError):
+            raise IntegrityError(f"{exc}; nothing was written to {dest}") from None
+        raise
+    return result
+
+
+def _write_tree(store: BlobStore, rows: list[dict], root: Path, cache_dir: str | None) -> ExportResult:
+    """Write the snapshot's files under ROOT (a new folder); group files relocated to CACHE_DIR unless None."""
+    total = relocated = 0
     for row in rows:
         rel = safe_relative(row["path"])
-        data = store.get(row["hash"], row["size"])  # raises on any corruption before a byte is written
+        try:
+            data = store.get(row["hash"], row["size"])  # raises on any corruption before a byte is written
+        except IntegrityError as exc:
+            raise IntegrityError(f"{row['path']}: {exc}") from None
+        if cache_dir is not None and row["kind"] == "group":
+            moved = relocate_group(data, os.path.join(cache_dir, *rel.parent.parts))
+            relocated += moved != data
+            data = moved
         target = root.joinpath(*rel.parts)
         _make_parents(root, target.parent)
-        fd, tmp = tempfile.mkstemp(prefix=".kdb-export-", dir=target.parent)
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(create_file(target), "wb") as fh:
             fh.write(data)
-        os.replace(tmp, target)
         total += len(data)
-    return ExportResult(len(rows), total)
+    return ExportResult(len(rows), total, relocated)
+
+
+def relocate_group(data: bytes, folder: str) -> bytes:
+    """A Triton group file as Triton writes it for the same children when their cache folder is FOLDER.
+
+    Triton 3.x writes `json.dumps({"child_paths": {name: os.path.join(folder, name), …}})`
+    (FileCacheManager.put_group; every corpus release 3.0.0–3.9.0 wrote exactly that); 2.x wrote a list of
+    names relative to the folder, which moves with it and is kept, as is anything else (not JSON, other
+    shapes, a child name that is not a plain file name)."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return data
+    children = document.get("child_paths") if isinstance(document, dict) else None
+    if not isinstance(children, dict) or not all(_plain_name(name) for name in children):
+        return data
+    moved = {name: os.path.join(folder, name) for name in children}
+    return json.dumps({**document, "child_paths": moved}).encode()
+
+
+def _plain_name(name: object) -> bool:
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def _make_missing(directory: Path) -> list[Path]:
+    """Create DIRECTORY and its missing parents (mode 0777 less the umask); return those made, outermost first."""
+    missing = []
+    while not directory.exists() and directory != directory.parent:
+        missing.append(directory)
+        directory = directory.parent
+    made = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        made.append(folder)
+    return made
+
+
+def _new_folder(parent: Path, prefix: str) -> Path:
+    """A new folder in PARENT with mode 0777 less the umask (mkdtemp's 0700 would stay on the export)."""
+    while True:
+        folder = parent / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
 
 
 def _make_parents(root: Path, directory: Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from kdb.errors import CollectedMeanwhile, TagError, UsageError
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
+from kdb.store.tags import check_tag
 
 ATTEMPTS = 3  # a concurrent gc on a shared destination may collect a reused blob: copy again
 
@@ -45,6 +46,8 @@ def transfer(
     """Copy each snapshot `tags` names from `source` to `dest` (as `as_tag`, with one tag)."""
     if as_tag is not None and len(tags) != 1:
         raise UsageError("--as renames one snapshot: give exactly one TAG with it")
+    for dest_tag in [as_tag] if as_tag is not None else tags:
+        check_tag(dest_tag)  # a tag the other side gets is a new tag there
     if not source.has_catalog():
         raise TagError(f"no snapshot in {source.describe()} yet")
     return [_transfer_one(source, dest, tag, as_tag or tag, wait_s, progress) for tag in tags]
@@ -95,20 +98,21 @@ def _transfer_one(
 def _copy_blobs(
     source: Home, dest: Home, blobs: list[tuple[str, int]], progress: Callable[[int, int], None] | None
 ) -> tuple[int, int]:
-    """Copy the blobs `dest` lacks; return (blobs copied, stored bytes copied). The dictionaries frames
-    were made with travel first; a frame whose dictionary id names another dictionary at `dest` (ids are
-    random 31-bit numbers: possible, unlikely) is decompressed and stored anew instead."""
+    """Copy the blobs `dest` lacks, or holds damaged (by the frame check of kdb/store/blobs.py: the copy
+    replaces it); return (blobs copied, stored bytes copied). The dictionaries frames were made with travel
+    first; a frame whose dictionary id names another dictionary at `dest` (ids are random 31-bit numbers:
+    possible, unlikely) is decompressed and stored anew instead."""
     copied = nbytes = 0
     clashing = dest.store.adopt_dictionaries(source.store)
     for i, (digest, size) in enumerate(blobs):
-        try:
-            dest.store.refresh([digest])  # present: its mtime refreshed (a shared gc's grace period)
-        except CollectedMeanwhile:  # absent
+        # present and whole: its mtime refreshed (a shared gc's grace period); else copied
+        if not dest.store.holds(digest, size):
             payload = source.store.read_compressed(digest)
             if dest.store.dict_id_of(payload) in clashing:
                 put = dest.store.put_bytes(source.store.get(digest, size), digest)
-                copied += put.new
-                nbytes += put.stored_size if put.new else 0
+                written = put.new or put.repaired
+                copied += written
+                nbytes += put.stored_size if written else 0
             elif dest.store.put_compressed(digest, size, payload):
                 copied += 1
                 nbytes += len(payload)

@@ -45,10 +45,18 @@ class KernelMeta:
     raw: dict[str, Any]
 
 
-def _int(value: Any) -> int | None:
+# The catalog's kernel_folders columns: INTEGER, `shared` BIGINT. A figure beyond them is no real kernel's, and
+# would stop the commit (DuckDB's conversion error): the file is refused as a problem instead.
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int(value: Any, key: str = "", bounds: tuple[int, int] = INT32) -> int | None:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
+        if not bounds[0] <= value <= bounds[1]:
+            raise ParseError(f"metadata JSON: {key or 'a figure'} {value} is out of range ({bounds[0]} to {bounds[1]})")
         return value
     return None
 
@@ -71,7 +79,7 @@ def _target(raw: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
         backend = None
     if arch is not None and not isinstance(arch, str):
         arch = None
-    return backend, arch, _int(warp) or _int(raw.get("warp_size"))
+    return backend, arch, _int(warp, "warp_size") or _int(raw.get("warp_size"), "warp_size")
 
 
 def parse_kernel_json(data: bytes) -> KernelMeta:
@@ -95,13 +103,13 @@ def parse_kernel_json(data: bytes) -> KernelMeta:
         backend=backend,
         arch=arch,
         warp_size=warp,
-        num_warps=_int(raw.get("num_warps")),
-        num_stages=_int(raw.get("num_stages")),
-        num_ctas=_int(raw.get("num_ctas")),
-        waves_per_eu=_int(raw.get("waves_per_eu")),
-        matrix_instr_nonkdim=_int(raw.get("matrix_instr_nonkdim")),
-        kpack=_int(raw.get("kpack")),
-        shared=_int(raw.get("shared")),
+        num_warps=_int(raw.get("num_warps"), "num_warps"),
+        num_stages=_int(raw.get("num_stages"), "num_stages"),
+        num_ctas=_int(raw.get("num_ctas"), "num_ctas"),
+        waves_per_eu=_int(raw.get("waves_per_eu"), "waves_per_eu"),
+        matrix_instr_nonkdim=_int(raw.get("matrix_instr_nonkdim"), "matrix_instr_nonkdim"),
+        kpack=_int(raw.get("kpack"), "kpack"),
+        shared=_int(raw.get("shared"), "shared", INT64),
         triton_version=version if isinstance(version, str) else None,
         hash=raw.get("hash") if isinstance(raw.get("hash"), str) else None,
         raw=raw,

@@ -21,7 +21,7 @@ class DiffQueries(CatalogConnection):
                    CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
                    a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
-                   a.instr_mix_digest, a.instr_groups, p.problems,
+                   a.instr_mix_digest, a.instr_groups, a.instr_note, p.problems,
                    t.launches AS measured_launches, t.total_ns AS measured_ns, t.share AS measured_share
             FROM kernels k
             JOIN kernel_folders kf USING (folder_digest)
@@ -80,6 +80,24 @@ class DiffQueries(CatalogConnection):
             "SELECT cache_key, mnemonic, grp, count FROM instr_mix WHERE tag = ? "
             "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, mnemonic, grp",
             [tag, list(cache_keys)],
+        ).fetchall()
+        out: dict[str, list[tuple[str, str, int]]] = {}
+        for key, mnemonic, grp, count in rows:
+            out.setdefault(key, []).append((mnemonic, grp, count))
+        return out
+
+    def diff_instr_mix_of_source(
+        self, tag: str, cache_keys: Sequence[str], source: str
+    ) -> dict[str, list[tuple[str, str, int]]]:
+        """The mix one source gave (instr_mix_counts.source: sass, ptx, amdgcn, llvm-objdump) of some kernels of a
+        snapshot, whichever source their analysis chose, as cache_key -> [(mnemonic, group, count)]; a kernel
+        without that source has no rows. A diff whose sides chose different sources compares this one."""
+        sid = self.require_snapshot(tag)
+        rows = self.con.execute(
+            "SELECT sf.cache_key, m.mnemonic, m.grp, m.count FROM snapshot_folders sf "
+            "JOIN instr_mix_counts m USING (folder_digest) WHERE sf.snapshot_id = ? AND m.source = ? "
+            "AND sf.cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1, 2, 3",
+            [sid, source, list(cache_keys)],
         ).fetchall()
         out: dict[str, list[tuple[str, str, int]]] = {}
         for key, mnemonic, grp, count in rows:

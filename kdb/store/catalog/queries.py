@@ -133,17 +133,19 @@ class CatalogQueries(CatalogConnection):
 
     def referenced_blobs(self) -> list[dict[str, Any]]:
         """Every blob the catalog refers to (snapshot files and imported profile files), with the size its rows say
-        it has and how many rows use it."""
+        it has, how many rows use it, one of them (`example`) and every snapshot that holds it (`tags`)."""
         return self._dicts(
             """
             WITH refs AS (
-                SELECT f.hash, f.size, s.tag || ':' || f.path AS example FROM files f JOIN snapshots s USING (snapshot_id)
+                SELECT f.hash, f.size, s.tag, s.tag || ':' || f.path AS example
+                FROM files f JOIN snapshots s USING (snapshot_id)
                 UNION ALL  -- imported profile files (schema/011_profiles.sql)
-                SELECT p.profile_hash, p.size, s.tag || ': profile ' || p.name
+                SELECT p.profile_hash, p.size, s.tag, s.tag || ': profile ' || p.name
                 FROM profile_files p JOIN snapshots s USING (snapshot_id)
             )
             SELECT r.hash, any_value(r.size) AS size, count(DISTINCT r.size) AS sizes, count(*) AS refs,
-                   any_value(r.example) AS example, (b.hash IS NULL) AS unrecorded
+                   min(r.example) AS example, list(DISTINCT r.tag ORDER BY r.tag) AS tags,
+                   (b.hash IS NULL) AS unrecorded
             FROM refs r LEFT JOIN blobs b ON b.hash = r.hash
             GROUP BY r.hash, b.hash ORDER BY r.hash
             """

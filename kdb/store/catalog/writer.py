@@ -224,6 +224,7 @@ class SnapshotWriter(SnapshotRows):
         replace: bool,
         ensure_blobs: Callable[[list[str]], None] | None = None,
         append: bool = False,
+        relink: Callable[[int], Callable[[int], None]] | None = None,
     ) -> int:
         """Record a whole snapshot, staged by the ingest in `staging`, in one transaction: it appears
         completely or not at all.
@@ -238,7 +239,11 @@ class SnapshotWriter(SnapshotRows):
         can confirm (and refresh, against a concurrent gc) the blobs before they are first named.
 
         `append` (kdb's Triton cache manager, kdb/capture/): when the tag exists, the staged folders join its
-        snapshot instead (a cache key it holds already keeps its folder), in the same one transaction."""
+        snapshot instead (a cache key it holds already keeps its folder), in the same one transaction.
+
+        `relink` (`kdb ingest --replace`, kdb/profile/importer.py): called with the replaced snapshot's id before its
+        rows go; what it returns is called with the new snapshot's id at the end, in the same transaction (the
+        replaced snapshot's profiles are linked to the new kernels, not dropped)."""
         # Without a limit DuckDB keeps every page the transaction writes cached (up to 80% of RAM): at
         # 10k kernels that made the commit the ingest's memory peak. Insertion order is irrelevant here.
         self.con.execute(f"SET memory_limit = '{WRITE_MEMORY}'")
@@ -248,7 +253,7 @@ class SnapshotWriter(SnapshotRows):
         self.con.execute("SET preserve_insertion_order = false")
         self.con.execute(f"ATTACH {literal(str(staging))} AS staged (READ_ONLY)")
         try:
-            return self.write(lambda: self._write_snapshot(snapshot, replace, ensure_blobs, append))
+            return self.write(lambda: self._write_snapshot(snapshot, replace, ensure_blobs, append, relink))
         finally:
             self.con.execute("DETACH staged")
 
@@ -258,13 +263,16 @@ class SnapshotWriter(SnapshotRows):
         replace: bool,
         ensure_blobs: Callable[[list[str]], None] | None,
         append: bool = False,
+        relink: Callable[[int], Callable[[int], None]] | None = None,
     ) -> int:
         old = self.snapshot_id(snapshot["tag"])
         if old is not None and append:
             return self._append_snapshot(old, snapshot, ensure_blobs)
+        relinked = None
         if old is not None:
             if not replace:
                 raise TagError(f"tag {snapshot['tag']!r} exists already (use --replace to overwrite it)")
+            relinked = relink(old) if relink is not None else None
             self._delete_snapshot_rows(old)
         sid = self._one("SELECT coalesce(max(snapshot_id), 0) + 1 FROM snapshots")[0]
         staged = self.con.execute(
@@ -303,6 +311,8 @@ class SnapshotWriter(SnapshotRows):
         if append:  # folders named without their files (adopted by the capture): count what the snapshot holds
             self._recount_files(sid)
         self._update_snapshot_totals(sid)
+        if relinked is not None:
+            relinked(sid)
         return sid
 
     def _record_file_stats(self, host: str, source_path: str) -> None:
