@@ -50,6 +50,10 @@ class TagError(KdbError):
     exit_code = ExitCode.TAG
 
 
+class NotAppendable(TagError):
+    """An append (kdb's Triton cache manager) met a snapshot made another way (`kdb ingest`): nothing joined it."""
+
+
 class IntegrityError(KdbError):
     exit_code = ExitCode.INTEGRITY
 

@@ -8,7 +8,7 @@ import shlex
 import pytest
 from helpers import kdb
 
-from kdb.capture.spool import SpoolLayout, check_name, is_kernel_file
+from kdb.store.spool import SpoolLayout, check_name, is_kernel_file
 from kdb.errors import ExitCode, UsageError
 
 

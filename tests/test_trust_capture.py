@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_verified, kdb
 
-from kdb.capture.spool import GROUP_PREFIX, SpoolLayout
+from kdb.store.spool import GROUP_PREFIX, SpoolLayout
 from kdb.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,6 +183,31 @@ def test_a_commit_refuses_a_tag_ingested_after_its_folders_were_spooled(capsys, 
         f"capture {OLD}: 1 folders wait to be recorded (`kdb capture commit --tag {OLD}`, or any command that "
         "reads the tag, records them)"
     ]
+    assert_verified(capsys, home)
+
+
+def test_a_commit_refuses_a_tag_ingested_while_it_was_looking(capsys, ingested_copy, unpack_snapshot, monkeypatch):
+    """The race between the commit's look and its append: `kdb ingest` makes the tag after the look (planted here
+    by passing the look). The append itself, inside the writing transaction, refuses a snapshot made another way:
+    ForeignSnapshot, the snapshot unchanged, the folders still spooled."""
+    from kdb.capture import cache
+
+    home = ingested_copy([(OLD, OLD)])
+    source = unpack_snapshot("t3.6.0-gfx942")
+    folder = sorted(p for p in source.iterdir() if any(n.name.startswith(GROUP_PREFIX) for n in p.iterdir()))[0]
+    spooled = layout(home, OLD)
+    shutil.copytree(folder, spooled.spool / folder.name)
+    before = kdb(capsys, home, "show", OLD, "--format", "json")
+    monkeypatch.setattr(cache, "check_own_snapshot", lambda *args, **kwargs: None)
+    from kdb.store.home import Home
+
+    with pytest.raises(cache.ForeignSnapshot, match="not made with captured_by=kdb.capture"):
+        cache.record(Home(home), spooled, 5.0)
+    monkeypatch.undo()
+    assert kdb(capsys, home, "show", OLD, "--format", "json").out == before.out
+    assert sorted(p.name for p in (spooled.spool.iterdir() if spooled.spool.is_dir() else [])) + sorted(
+        p.name for p in (spooled.commit.iterdir() if spooled.commit.is_dir() else [])
+    ) == [folder.name]
     assert_verified(capsys, home)
 
 

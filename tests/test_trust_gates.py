@@ -25,9 +25,9 @@ from helpers import assert_verified, kdb
 import kdb as kdb_package
 from kdb import api
 from kdb.capture.cache import default_tag
-from kdb.capture.spool import SpoolLayout
 from kdb.errors import ExitCode
 from kdb.store.home import Home
+from kdb.store.spool import SpoolLayout
 from kdb.store.transfer import transfer
 
 NVIDIA_PAIR = ("t3.6.0-sm80", "t3.8.0-sm80")  # the same kernels compiled by two releases for one GPU
@@ -62,6 +62,7 @@ def _tags(capsys, home: Path) -> list[str]:
 
 
 # -- 8. gates that cannot fire --------------------------------------------------------------------------------
+@pytest.mark.slow  # ~2 s: five diffs of two real snapshots
 def test_an_amd_register_rule_on_nvidia_kernels_fails_closed(capsys, nvidia_pair) -> None:
     a, b = NVIDIA_PAIR
     rules = ",".join(AMD_RULES)
@@ -100,6 +101,7 @@ def test_an_empty_fail_on_rule_is_a_usage_error(capsys, nvidia_pair) -> None:
 
 
 # -- 10. one rule set for tags --------------------------------------------------------------------------------
+@pytest.mark.slow  # ~2 s: every refused tag at each of the four places a tag enters
 def test_every_new_tag_follows_one_rule_set(capsys, nvidia_pair, small_cache, tmp_path) -> None:
     cache = small_cache
     before = _tags(capsys, nvidia_pair)

@@ -217,14 +217,12 @@ def test_cuda_launch_rules_apply_to_cuda_folders_only(home, tree, tmp_path, caps
     del doc["deviceProperties"]
     nameless = tmp_path / "gpt2_train.torch.json"
     nameless.write_text(json.dumps(doc))
-    r = _import(capsys, home, AMD_TAG, nameless, extra=("--allow-unlinked", "--format", "json"))
+    r = _import(capsys, home, AMD_TAG, nameless, extra=("--allow-unlinked",))
     assert r.code == 0, r.err
-    (summary,) = r.json()["files"]
-    assert summary["device"] is None and summary["mostly_unlinked"]
+    assert "  device: the file names none, so it was not checked against the snapshot's targets\n" in r.out
+    assert "  warning: " in r.out  # most of its Triton launches find no AMD folder
     linked = {r["cache_key"]: r["launches"] for r in _sql(capsys, home, "SELECT * FROM profile_kernel_times")}
     assert linked == dict(exact)
-    table = _import(capsys, home, AMD_TAG, nameless, extra=("--allow-unlinked",))
-    assert "  device: the file names none, so it was not checked against the snapshot's targets\n" in table.out
     assert_verified(capsys, home)
 
 

@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from kdb.capture.cache import fallback_dir, group_file, guarded, stats
-from kdb.capture.spool import GROUP_PREFIX
+from kdb.store.spool import GROUP_PREFIX
 
 __all__ = ["CacheManager", "RemoteBackend", "RemoteCacheBackend", "stats"]
 

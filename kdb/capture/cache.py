@@ -32,28 +32,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kdb.capture.spool import (
+from kdb.errors import CatalogBusy, IntegrityError, KdbError, NotAppendable, TagError
+from kdb.store.home import Home, resolve_home, resolve_shared
+from kdb.store.lock import write_lock
+from kdb.store.spool import (
     GROUP_PREFIX,
     DamagedIndexEntry,
-    Recorded,
-    SpoolCheck,
-    SpoolGc,
     SpoolLayout,
+    capture_root,
     capture_tags,
     check_name,
-    check_spool,
-    collect_spool,
     died_phrase,
     index_entries,
     is_kernel_file,
     remove_dead_process_folders,
 )
-from kdb.errors import CatalogBusy, IntegrityError, KdbError, TagError
-from kdb.store.home import Home, resolve_home, resolve_shared
-from kdb.store.lock import write_lock
 
 T = TypeVar("T")
-CAPTURE_DIR = "capture"
 DEFAULT_WAIT_S = 10.0
 # Folders finished meanwhile are recorded together: one ingest of many folders costs little more than of one.
 DEFAULT_COMMIT_EVERY_S = 2.0
@@ -79,10 +74,6 @@ def default_tag(now: datetime | None = None) -> str:
 def open_home() -> Home:
     shared = resolve_shared(None, None)
     return Home.shared(*shared) if shared else Home(resolve_home(None))
-
-
-def capture_root(home: Home) -> Path:
-    return home.root / CAPTURE_DIR  # a shared home's root is its store
 
 
 class Capture:
@@ -349,16 +340,20 @@ def record(
         except ForeignSnapshot:
             layout.owned.unlink(missing_ok=True)
             raise
-        ingest(
-            home,
-            layout.commit,
-            layout.tag,
-            workers=1,
-            lock_wait_s=wait_s,
-            rehash=True,
-            append=adopted,
-            labels=dict([CAPTURED_BY]),
-        )
+        try:
+            ingest(
+                home,
+                layout.commit,
+                layout.tag,
+                workers=1,
+                lock_wait_s=wait_s,
+                rehash=True,
+                append=adopted,
+                labels=dict([CAPTURED_BY]),
+            )
+        except NotAppendable as exc:  # `kdb ingest` made the tag between the check above and the commit
+            layout.owned.unlink(missing_ok=True)
+            raise ForeignSnapshot(str(exc)) from None
         layout.owned.parent.mkdir(parents=True, exist_ok=True)
         layout.owned.touch()
         _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
@@ -433,31 +428,6 @@ def record_waiting(home: Home, tags: Sequence[str] | None, wait_s: float) -> lis
         except (KdbError, OSError) as exc:
             notices.append(f"{waiting} captured folders wait for {tag} ({_one_line(exc)}): {how}")
     return notices
-
-
-# -- what `kdb gc`, `kdb verify` and `kdb capture status` ask of the capture folder -----------------------
-
-
-def collect_capture(home: Home, keep: set[str], grace_s: float) -> SpoolGc:
-    """`kdb gc`'s part: see kdb/capture/spool.py's collect_spool (`keep`: the blobs the catalog references)."""
-    return collect_spool(capture_root(home), keep, local=not home.is_shared, grace_s=grace_s)
-
-
-def verify_capture(home: Home, catalog: Any) -> SpoolCheck:
-    """`kdb verify`'s part: the index checked against the folders the catalog recorded (an open catalog, or
-    None where there is none yet), and notes on what waits or was left by a writer that died."""
-    root = capture_root(home)
-    recorded: Recorded = {}
-    if not root.is_dir():
-        return SpoolCheck()
-    keys = [key for key, _ in index_entries(root)]
-    if catalog is not None and keys:
-        for snapshot in catalog.list_snapshots():
-            for key, folder_digest, name, digest, size in catalog.capture_index(snapshot["tag"], keys):
-                tags, files = recorded.setdefault((key, folder_digest), (set(), {}))
-                tags.add(snapshot["tag"])
-                files[name] = (digest, size)
-    return check_spool(root, recorded)
 
 
 def status_lines(home: Home, tag: str) -> list[str]:

@@ -28,7 +28,7 @@ def _tag(tag: str | None) -> str:
     import os
 
     from kdb.capture.cache import default_tag
-    from kdb.capture.spool import check_tag
+    from kdb.store.spool import check_tag
 
     # an explicit `--tag ''` is a tag that breaks the rules, not a request for the default
     return check_tag(tag if tag is not None else os.environ.get("KDB_CAPTURE_TAG") or default_tag())
@@ -90,7 +90,7 @@ def commit(
 ) -> None:
     """Record what captures of TAG left spooled (a process killed, the catalog busy at its exit)."""
     from kdb.capture.cache import capture_root, record
-    from kdb.capture.spool import SpoolLayout
+    from kdb.store.spool import SpoolLayout
 
     layout = SpoolLayout(capture_root(state.home), _tag(tag))
     keys, adopted = record(state.home, layout, wait)

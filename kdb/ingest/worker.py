@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import signal
@@ -20,6 +19,7 @@ from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile
 from kdb.ingest.columns import STAGED_COLUMNS, compact_rows
 from kdb.ingest.walker import WalkedFile, kernel_json
 from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, hash_bytes
+from kdb.store.folders import folder_digest
 from kdb.store.ndjson import ndjson_rows
 
 # Below this many files a worker pool costs more than it saves.
@@ -61,14 +61,6 @@ ENCODED_TABLES = (
     "instr_mix_loop_lists",
     "analysis_problems",
 )
-
-
-def folder_digest(cache_key: str, files: list[tuple[str, str]]) -> str:
-    """Content address of a cache folder: its name and its (relative name, blob hash) pairs."""
-    h = hashlib.sha256(cache_key.encode() + b"\0")
-    for name, digest in sorted(files):
-        h.update(name.encode() + b"\0" + digest.encode() + b"\n")
-    return h.hexdigest()
 
 
 def _store_group(

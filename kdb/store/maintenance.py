@@ -11,12 +11,13 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
-from kdb.capture.cache import collect_capture, verify_capture
 from kdb.errors import IntegrityError, UsageError
 from kdb.store.blobs import TEMP_PREFIX, BlobStore, Dictionary, create_file, is_blob_name
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
+from kdb.store.spool import Recorded, SpoolCheck, SpoolGc, capture_root, check_spool, collect_spool, index_entries
 
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
@@ -40,7 +41,7 @@ class GcResult:
     catalog_compacted: bool = False
     catalog_bytes_before: int = 0
     catalog_bytes_after: int = 0
-    capture_folders_removed: int = 0  # spooled by a capture whose writer died mid-compile (kdb/capture/spool.py)
+    capture_folders_removed: int = 0  # spooled by a capture whose writer died mid-compile (kdb/store/spool.py)
     capture_index_removed: int = 0  # capture index entries damaged or naming blobs no snapshot references
 
 
@@ -387,3 +388,28 @@ def read_file(home: Home, tag: str, path: str, lock_wait_s: float) -> bytes:
     if row is None:
         raise UsageError(f"no file {path!r} in snapshot {tag!r}")
     return home.store.get(row["hash"], row["size"])
+
+
+# -- what `kdb gc` and `kdb verify` ask of the capture folder (kdb/store/spool.py) -----------------------
+
+
+def collect_capture(home: Home, keep: set[str], grace_s: float) -> SpoolGc:
+    """`kdb gc`'s part: see kdb/store/spool.py's collect_spool (`keep`: the blobs the catalog references)."""
+    return collect_spool(capture_root(home), keep, local=not home.is_shared, grace_s=grace_s)
+
+
+def verify_capture(home: Home, catalog: Any) -> SpoolCheck:
+    """`kdb verify`'s part: the index checked against the folders the catalog recorded (an open catalog, or
+    None where there is none yet), and notes on what waits or was left by a writer that died."""
+    root = capture_root(home)
+    recorded: Recorded = {}
+    if not root.is_dir():
+        return SpoolCheck()
+    keys = [key for key, _ in index_entries(root)]
+    if catalog is not None and keys:
+        for snapshot in catalog.list_snapshots():
+            for key, folder_digest, name, digest, size in catalog.capture_index(snapshot["tag"], keys):
+                tags, files = recorded.setdefault((key, folder_digest), (set(), {}))
+                tags.add(snapshot["tag"])
+                files[name] = (digest, size)
+    return check_spool(root, recorded)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdb.errors import CollectedMeanwhile, KdbError, TagError
+from kdb.errors import CollectedMeanwhile, KdbError, NotAppendable, TagError
 from kdb.store.catalog.connection import (
     BLOCK_SIZE,
     STORAGE_VERSION,
@@ -147,6 +147,18 @@ class SnapshotRows(SnapshotSets):
             else:
                 self.con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM staged.{name}")
 
+    def _check_appendable(self, sid: int, snapshot: dict[str, Any]) -> None:
+        """An append joins only a snapshot made the same way: every label the appending snapshot carries
+        (the capture's `captured_by`) must be the existing one's. Checked inside the writing transaction, so a
+        `kdb ingest` that made the tag after the capture last looked is never appended to."""
+        labels = dict(self._one("SELECT labels FROM snapshots WHERE snapshot_id = ?", [sid])[0] or {})
+        for name, value in (snapshot.get("labels") or {}).items():
+            if labels.get(name) != value:
+                raise NotAppendable(
+                    f"snapshot {snapshot['tag']!r} was not made with {name}={value}: nothing is added to it "
+                    "(set another tag)"
+                )
+
     def _append_snapshot(
         self, sid: int, snapshot: dict[str, Any], ensure_blobs: Callable[[list[str]], None] | None
     ) -> int:
@@ -267,6 +279,7 @@ class SnapshotWriter(SnapshotRows):
     ) -> int:
         old = self.snapshot_id(snapshot["tag"])
         if old is not None and append:
+            self._check_appendable(old, snapshot)
             return self._append_snapshot(old, snapshot, ensure_blobs)
         relinked = None
         if old is not None:

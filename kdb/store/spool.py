@@ -1,5 +1,8 @@
 """Where kdb's Triton cache manager keeps what it captured, before and after the catalog records it.
 
+The layout belongs to the store (kdb/capture writes it; `kdb gc` and `kdb verify`, kdb/store/maintenance.py,
+look after it with the blobs, so the store never imports the capture).
+
 Under the home's `capture/` (a shared home: `STORE/capture/`, so that any node can finish a commit):
 
     spool/<tag>/<key>/<file>   files Triton put, each written whole (temp file, then rename), not yet recorded
@@ -32,9 +35,14 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdb.errors import IntegrityError, UsageError
+from kdb.store.folders import folder_digest
 from kdb.store.tags import check_tag as check_any_tag
+
+if TYPE_CHECKING:
+    from kdb.store.home import Home
 
 # Triton's folder names: the key's base32 (3.3+), base64 (3.2) or hex (≤3.1) digest; file names: the
 # kernel's name with a suffix, `__grp__NAME.json`, `cuda_utils.so`. Nothing with a path separator.
@@ -391,9 +399,7 @@ def read_index_entry(path: Path, key: str) -> dict | None:
 
 def index_entry_problem(key: str, body: object) -> str | None:
     """Why an index entry cannot be served, or None: its files must hash, with its cache key, to its folder
-    digest, which is how the catalog names the folder (kdb/ingest/worker.py's folder_digest)."""
-    from kdb.ingest.worker import folder_digest
-
+    digest, which is how the catalog names the folder (kdb/store/folders.py)."""
     if not isinstance(body, dict) or not isinstance(body.get("files"), dict):
         return "no file list"
     digest = body.get("folder_digest")
@@ -558,3 +564,10 @@ def check_spool(root: Path, recorded: Recorded) -> SpoolCheck:
 def died_phrase(pids: list[int]) -> str:
     who = f"process {', '.join(map(str, pids))}" if pids else "a process"
     return f"was left unfinished: its writer ({who}) died mid-compile"
+
+
+CAPTURE_DIR = "capture"
+
+
+def capture_root(home: Home) -> Path:
+    return home.root / CAPTURE_DIR  # a shared home's root is its store
