@@ -12,13 +12,8 @@ recorded in the catalog and re-hashed before any byte is returned. Files are cre
 less the umask, as Triton creates its cache files (0644 under umask 022): every user of a shared store
 reads every blob.
 
-Repair: a put of bytes whose blob is stored already checks the stored file first, and replaces a
-damaged one (temporary file, checked against the digest, renamed over it). The check on every put is
-the frame check (frame_problem): the file must be one whole zstd frame of the put's size with its
-checksum, made with a dictionary the store holds, ending where its last block ends. It reads a few
-header bytes per 128 KB block, not the blob, and finds what a disk or a user does to a file (truncated,
-emptied, extended, replaced by another file, a damaged header), not a byte flipped inside a block.
-`full_check` (`kdb ingest --rehash`) decompresses the stored blob and compares it with the put's bytes.
+Repair: a put of bytes whose blob is stored already checks the stored file first (the frame check;
+`full_check`: decompressed and compared), and replaces a damaged one: kdb/store/repair.py, a base of BlobStore.
 
 Dictionaries: one file compressed alone misses what `tar | zstd` finds between files (every kernel's
 JSON, LLIR or asm repeats the same headers and idioms). A zstd dictionary trained per file kind
@@ -34,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,31 +37,24 @@ from typing import TYPE_CHECKING, Any
 import zstandard
 
 from kdb.errors import CollectedMeanwhile, IntegrityError
+from kdb.store.files import CHUNK, create_temp
+from kdb.store.files import TEMP_PREFIX as TEMP_PREFIX
+from kdb.store.files import create_file as create_file
+from kdb.store.repair import MISSING, BlobRepair, TempFailedCheck
 
 HASH_NAME = "sha256"
 HASH_HEX_LEN = 64
-TEMP_PREFIX = ".tmp-"
 # Blobs are compressed one by one, without the cross-file context `tar | zstd -3` enjoys. Measured on
 # a 300-kernel cache (bench/): level 3 gave 14.3 MB against the archive's 12.5 MB, level 9 12.0 MB for
 # 1.2 s of CPU instead of 0.2 s, a few percent of an ingest dominated by parsing.
 COMPRESSION_LEVEL = 9
-# Files above this are hashed and compressed in streaming passes instead of being held in memory.
+# Files above this are hashed and compressed in streaming passes (kdb/store/files.py: CHUNK) instead of being
+# held in memory.
 STREAM_THRESHOLD = 64 * 1024 * 1024
-CHUNK = 1024 * 1024
 # Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
 ORPHAN_MAX_BYTES = 1 << 30
 # Inside the store root but never a shard (shards are named by two hex digits).
 DICTIONARY_DIR = "dictionaries"
-# The zstd frame (RFC 8878, 3.1.1): a header of at most 18 bytes, blocks each behind a 3-byte header
-# (bit 0: last block; bits 1-2: raw, RLE, compressed, reserved; bits 3-23: size), then the 4-byte
-# content checksum kdb always writes. A block holds at most 128 KB.
-FRAME_HEADER_MAX = 18
-BLOCK_HEADER = 3
-CHECKSUM_BYTES = 4
-MAX_BLOCK = 128 * 1024
-RLE_BLOCK, COMPRESSED_BLOCK, RESERVED_BLOCK = 1, 2, 3
-# What frame_problem and the full check say of a blob that is not there.
-MISSING = "missing"
 
 
 def _load_syncfs() -> Any:
@@ -96,28 +83,6 @@ def hash_bytes(data: bytes) -> str:
 
 def is_blob_name(name: str) -> bool:
     return len(name) == HASH_HEX_LEN and all(c in "0123456789abcdef" for c in name)
-
-
-def create_file(path: Path) -> int:
-    """Open a new file at PATH for writing (never an existing file or a symbolic link), with mode 0666
-    less the umask, as open() and Triton create files; tempfile.mkstemp's 0600 would hide a shared
-    store's blobs, or an exported cache's files, from every other user."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    return os.open(path, flags, 0o666)
-
-
-def create_temp(directory: Path, prefix: str = TEMP_PREFIX) -> tuple[int, Path]:
-    """A new temporary file in DIRECTORY (create_file's mode), as (open descriptor, path)."""
-    while True:
-        path = directory / f"{prefix}{secrets.token_hex(8)}"
-        try:
-            return create_file(path), path
-        except FileExistsError:
-            continue
-
-
-class _TempFailedCheck(IntegrityError):
-    """A blob just written does not hold the content of its name (its source changed while it was read)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +192,14 @@ class DictionaryIndex:
             raise IntegrityError(f"dictionary {entry.entry_name} holds dictionary id {actual}, not {entry.dict_id}")
         return data
 
+    def _holds_dictionary(self, dict_id: int) -> bool:
+        """Whether the store's index names dictionary DICT_ID (the index this process read first: the
+        frame check runs on every put, and dictionaries are never removed)."""
+        cached = _INDEX.get(self.root)
+        if cached is not None and any(d.dict_id == dict_id for d in cached[1]):
+            return True
+        return any(d.dict_id == dict_id for d in self.dictionaries(reload=True))
+
     def _dictionary(self, dict_id: int) -> Dictionary:
         for reload in (False, True):  # another process may have added it since the index was read
             entry = next((d for d in self.dictionaries(reload=reload) if d.dict_id == dict_id), None)
@@ -288,7 +261,7 @@ class DictionaryIndex:
 
 
 @dataclass(frozen=True)
-class BlobStore(DictionaryIndex):
+class BlobStore(DictionaryIndex, BlobRepair):
     """The store under `root`; equal (and hashing equal) to any other BlobStore of the same root."""
 
     root: Path
@@ -311,7 +284,7 @@ class BlobStore(DictionaryIndex):
     ) -> PutResult:
         """Store DATA (compressed with the store's dictionary for KIND when it has one). A stored blob of
         the same digest is kept when it passes the frame check (FULL_CHECK: when it decompresses to DATA),
-        else replaced (module docstring: Repair)."""
+        else replaced (kdb/store/repair.py)."""
         digest = digest or hash_bytes(data)
         final = self.path_for(digest)
         problem, stored = self._inspect(final, len(data), data if full_check else None, touch=True)
@@ -354,7 +327,7 @@ class BlobStore(DictionaryIndex):
             else:
                 self._replace(final, digest, size, write, problem)
                 new = False
-        except _TempFailedCheck:
+        except TempFailedCheck:
             raise IntegrityError(f"{path.name} changed while it was being stored") from None
         return PutResult(digest, size, final.stat().st_size, new=new, repaired=problem != MISSING)
 
@@ -376,111 +349,12 @@ class BlobStore(DictionaryIndex):
         self._replace(final, digest, size, write, problem)
         return True
 
-    def holds(self, digest: str, size: int) -> bool:
-        """True when the store holds blob DIGEST of SIZE bytes, intact by the frame check (its mtime then
-        refreshed, see _touch); False when it is missing or damaged: a copy of good bytes replaces it."""
-        return self._inspect(self.path_for(digest), size, None, touch=True)[0] is None
-
     def read_compressed(self, digest: str) -> bytes:
         """The stored frame of a blob, as it is on disk (checked by the store that receives it)."""
         try:
             return self.path_for(digest).read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob {digest} is missing from the store") from None
-
-    # -- checking a stored blob before it is reused ---------------------------------------------------
-    def frame_problem(self, digest: str, size: int) -> str | None:
-        """Why the stored blob cannot be a frame of SIZE bytes (MISSING when absent), None when it can:
-        the check every put makes of a blob it would reuse (module docstring: Repair)."""
-        return self._inspect(self.path_for(digest), size, None)[0]
-
-    def _inspect(self, final: Path, size: int, content: bytes | None, *, touch: bool = False) -> tuple[str | None, int]:
-        """(problem or None, stored bytes) of the file at FINAL as the blob of SIZE bytes: the frame check,
-        then, given CONTENT (the bytes the caller holds, which hash to the blob's name), a full one:
-        decompressed (zstd checks its checksum) and compared with CONTENT. TOUCH: an intact blob's mtime
-        is refreshed (_touch)."""
-        try:
-            fd = os.open(final, os.O_RDONLY)
-        except FileNotFoundError:
-            return MISSING, 0
-        try:
-            length = os.fstat(fd).st_size
-            problem = self._frame_problem(fd, length, size)
-            if problem is None and content is not None:
-                payload = os.pread(fd, length, 0)
-                try:
-                    stored = self._decompress(final.parent.name + final.name, payload, size)
-                except IntegrityError as exc:
-                    return str(exc), length
-                if stored != content:
-                    problem = "its content is not the content its name says"
-            if problem is None and touch:
-                self._touch(fd)
-            return problem, length
-        finally:
-            os.close(fd)
-
-    def _frame_problem(self, fd: int, length: int, size: int) -> str | None:
-        head = os.pread(fd, FRAME_HEADER_MAX + BLOCK_HEADER, 0)
-        try:
-            frame = zstandard.get_frame_parameters(head)
-            offset = zstandard.frame_header_size(head)
-        except zstandard.ZstdError:
-            return f"{length} bytes without a zstd frame header"
-        if frame.content_size != size:
-            return f"its frame claims {frame.content_size} bytes, not {size}"
-        if not frame.has_checksum:
-            return "its frame has no checksum (kdb writes one into every frame)"
-        if frame.dict_id and not self._holds_dictionary(frame.dict_id):
-            return f"its frame names dictionary {frame.dict_id}, which the store does not hold"
-        plain = 0  # the bytes raw and RLE blocks decode to (a compressed block does not say)
-        while True:
-            in_head = offset + BLOCK_HEADER <= len(head)
-            block = head[offset : offset + BLOCK_HEADER] if in_head else os.pread(fd, BLOCK_HEADER, offset)
-            if len(block) < BLOCK_HEADER:
-                return f"truncated: {length} bytes, a block header expected at byte {offset}"
-            value = int.from_bytes(block, "little")
-            last, kind, block_size = value & 1, (value >> 1) & 3, value >> 3
-            if kind == RESERVED_BLOCK or block_size > MAX_BLOCK:
-                return f"a damaged block header at byte {offset}"
-            plain += block_size if kind != COMPRESSED_BLOCK else 0
-            offset += BLOCK_HEADER + (1 if kind == RLE_BLOCK else block_size)
-            if offset > length:
-                return f"truncated: {length} bytes, a block ends at byte {offset}"
-            if last:
-                break
-        if plain > size:
-            return f"its blocks hold more than the {size} bytes its frame claims"
-        if offset + CHECKSUM_BYTES != length:
-            return f"{length} bytes where its frame ends at byte {offset + CHECKSUM_BYTES}"
-        return None
-
-    def _stream_problem(self, final: Path, digest: str, size: int) -> str | None:
-        """The full check of a large blob (put_file): decompressed in a stream and re-hashed."""
-        try:
-            with final.open("rb") as fh:
-                dict_id = self.dict_id_of(fh.read(FRAME_HEADER_MAX))
-                fh.seek(0)
-                hasher, count = hashlib.sha256(), 0
-                with self._decompressor(dict_id).stream_reader(fh, read_across_frames=False) as reader:
-                    while chunk := reader.read(CHUNK):
-                        hasher.update(chunk)
-                        count += len(chunk)
-                        if count > size:
-                            break
-        except (zstandard.ZstdError, IntegrityError) as exc:
-            return str(exc)
-        if count != size or hasher.hexdigest() != digest:
-            return "its content is not the content its name says"
-        return None
-
-    def _holds_dictionary(self, dict_id: int) -> bool:
-        """Whether the store's index names dictionary DICT_ID (the index this process read first: the
-        frame check runs on every put, and dictionaries are never removed)."""
-        cached = _INDEX.get(self.root)
-        if cached is not None and any(d.dict_id == dict_id for d in cached[1]):
-            return True
-        return any(d.dict_id == dict_id for d in self.dictionaries(reload=True))
 
     @staticmethod
     def _touch(final: Path | int) -> None:
@@ -519,28 +393,6 @@ class BlobStore(DictionaryIndex):
                 return False  # a concurrent writer stored the same content first
         finally:
             tmp.unlink(missing_ok=True)
-
-    def _replace(self, final: Path, digest: str, size: int, write: Callable[[Any], Any], problem: str) -> None:
-        """Replace the damaged blob at FINAL: the new bytes go to a temporary file, which must decompress to
-        SIZE bytes hashing to DIGEST, then are renamed over it (readers see the old file or the new one)."""
-        fd, tmp = create_temp(final.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-            self._check_temp(tmp, digest, size)
-            try:
-                os.replace(tmp, final)
-            except OSError as exc:
-                raise IntegrityError(
-                    f"blob {digest} is damaged ({problem}) and cannot be replaced: {exc.strerror or exc}"
-                ) from None
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    def _check_temp(self, tmp: Path, digest: str, size: int) -> None:
-        problem = self._stream_problem(tmp, digest, size)
-        if problem is not None:
-            raise _TempFailedCheck(f"blob {digest}: the bytes written do not hold its content ({problem})")
 
     def durable(self) -> None:
         """Flush every written blob to disk; called once before a catalog commit that references them.
