@@ -419,7 +419,10 @@ class Harness:
 
     def expect_export_identical(self, context: str, home: Path, tag: str, hashes: dict[str, str]) -> None:
         dest = self.work / f"export-{self._homes}"
-        if self.expect_ok(context, self.kdb(context, home, "export", tag, str(dest), "--verbatim")) and tree_hashes(dest) != hashes:
+        if (
+            self.expect_ok(context, self.kdb(context, home, "export", tag, str(dest), "--verbatim"))
+            and tree_hashes(dest) != hashes
+        ):
             self.bad(context, f"export of {tag!r} is not byte-identical to its source")
         shutil.rmtree(dest, ignore_errors=True)
 

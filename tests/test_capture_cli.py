@@ -8,8 +8,8 @@ import shlex
 import pytest
 from helpers import kdb
 
-from kdb.store.spool import SpoolLayout, check_name, is_kernel_file
 from kdb.errors import ExitCode, UsageError
+from kdb.store.spool import SpoolLayout, check_name, is_kernel_file
 
 
 def _exports(text: str) -> dict[str, str]:

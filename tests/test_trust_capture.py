@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from helpers import assert_verified, kdb
 
-from kdb.store.spool import GROUP_PREFIX, SpoolLayout
 from kdb.errors import ExitCode
+from kdb.store.spool import GROUP_PREFIX, SpoolLayout
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILE = ROOT / "bench" / "capture_compile.py"
