@@ -186,6 +186,7 @@ def test_a_commit_refuses_a_tag_ingested_after_its_folders_were_spooled(capsys, 
     assert_verified(capsys, home)
 
 
+@pytest.mark.slow  # ~1 s of CPU: outside the inner loop's 60 s
 def test_a_commit_refuses_a_tag_ingested_while_it_was_looking(capsys, ingested_copy, unpack_snapshot, monkeypatch):
     """The race between the commit's look and its append: `kdb ingest` makes the tag after the look (planted here
     by passing the look). The append itself, inside the writing transaction, refuses a snapshot made another way:

@@ -151,6 +151,7 @@ def test_a_name_that_is_both_a_tag_and_a_directory_is_refused(
     assert_verified(capsys, nvidia_pair)
 
 
+@pytest.mark.slow  # ~1 s of CPU: outside the inner loop's 60 s
 def test_kdb_tags_fits_the_terminal(capsys, nvidia_pair, small_cache, monkeypatch) -> None:
     long_tag = GOOD_TAGS[3] + "-" + "x" * 30  # longer than any elided cell: shown whole all the same
     r = kdb(capsys, nvidia_pair, "ingest", str(small_cache), "--tag", long_tag, "-q", "--no-sass")
@@ -170,6 +171,7 @@ def test_kdb_tags_fits_the_terminal(capsys, nvidia_pair, small_cache, monkeypatc
 
 
 # -- 11. the Python API ---------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~1 s of CPU: outside the inner loop's 60 s
 def test_the_api_exports_its_errors_and_words_them_for_python(capsys, nvidia_pair, small_cache, tmp_path) -> None:
     from kdb import errors
 

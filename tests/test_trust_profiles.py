@@ -302,6 +302,7 @@ def _plain_and_fast(tree: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
     return gz, plain, fast
 
 
+@pytest.mark.slow  # ~1 s of CPU: outside the inner loop's 60 s
 def test_the_same_run_plain_and_gzipped_is_one_profile(mlp_home, tree, tmp_path, capsys):
     """A trace imported gzipped and then plain doubled its launches and time. One run's trace, however compressed
     (plain, gzipped at two levels, or all three in one command), is one profile: its launches and time are the
@@ -347,6 +348,7 @@ def test_a_gzipped_profile_imported_before_013_is_known_by_its_content(mlp_home,
     assert_verified(capsys, home)
 
 
+@pytest.mark.slow  # ~1 s of CPU: outside the inner loop's 60 s
 def test_a_stored_profile_is_read_back_by_cat(mlp_home, tree, tmp_path, capsysbinary):
     """`kdb cat TAG NAME|SHA256` writes a stored profile's file as it was imported, byte for byte: by its name, by the
     sha256 of the file or of its JSON, or a prefix of 8+ digits of either; one that names none is exit 2."""
@@ -460,7 +462,10 @@ def _no_hang(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("damage", list(DAMAGES))
+# the bomb inflates 256 MiB before it is refused (that is its whole cost): outside the inner loop
+@pytest.mark.parametrize(
+    "damage", [pytest.param(d, marks=pytest.mark.slow) if d == "gzip bomb" else d for d in DAMAGES]
+)
 def test_a_damaged_profile_exits_3_with_one_line_and_stores_nothing(
     mlp_home, tree, tmp_path, capsys, bomb_member, damage
 ):
