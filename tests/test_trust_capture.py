@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_verified, kdb
+from test_capture import counters  # every process's KDB_CAPTURE_STATS summed, as tests/test_capture.py reads them
 
 from kdb.errors import ExitCode
 from kdb.store.spool import GROUP_PREFIX, SpoolLayout
@@ -83,15 +84,6 @@ def capture_env(work: Path, home: Path, tag: str, stats: Path, **extra: str) -> 
 
 def capture_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("kdb capture:")]
-
-
-def counters(stats: Path) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for path in stats.glob("*.json"):
-        for key, value in json.loads(path.read_text()).items():
-            if isinstance(value, int) and key != "pid":
-                total[key] = total.get(key, 0) + value
-    return total
 
 
 def cache_tree(root: Path) -> dict[str, object]:
