@@ -1,11 +1,12 @@
-"""The parts of a 64-bit little-endian ELF file kdb reads: header fields, section headers, symbols.
+"""The parts of a 64-bit little-endian ELF file kdb reads: header fields, section headers, symbols, notes.
 
-pyelftools parses every header and symbol through `construct`, building its parser objects anew for each
-file: ~5 ms per AMD code object, a quarter of a kernel's whole analysis in the profile of a first ingest
-(gfx942 mlp cache: 1.2 s of 3.7 s). The three fixed-size records below, read with `struct`, cost ~0.1 ms.
-The records equal pyelftools' on every corpus code object, and what kdb derives from them equals
-llvm-readelf's output (tests/test_amd_analysis.py). Pure: bytes in, records out;
-malformed input raises ParseError.
+kdb's one ELF reader, for AMD code objects and NVIDIA cubins alike. pyelftools parses every header and
+symbol through `construct`, building its parser objects anew for each file: ~5 ms per AMD code object, a
+quarter of a kernel's whole analysis in the profile of a first ingest (gfx942 mlp cache: 1.2 s of 3.7 s).
+The three fixed-size records below, read with `struct`, cost ~0.1 ms. The records equal pyelftools' on
+every corpus code object and cubin (tests/test_amd_analysis.py, tests/test_nvidia_analysis.py), and what kdb
+derives from them equals llvm-readelf's and cuobjdump's output. Pure: bytes in, records out; malformed input
+raises ParseError.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from kdb.errors import ParseError
 
 # Elf64_Ehdr from e_type on (after the 16 bytes of e_ident)
 _EHDR = struct.Struct("<HHIQQQIHHHHHH")
+EI_OSABI, EI_ABIVERSION = 7, 8
+# Elf64_Nhdr: namesz, descsz, type; then the name and the descriptor, each padded to 4 bytes
+_NHDR = struct.Struct("<III")
+NOTE_HEADER_SIZE = _NHDR.size
 # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, addralign, entsize
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 # Elf64_Sym: name, info, other, shndx, value, size
@@ -37,6 +42,12 @@ class Header:
     shentsize: int
     shnum: int
     shstrndx: int
+    os_abi: int  # e_ident[EI_OSABI]
+    abi_version: int  # e_ident[EI_ABIVERSION]
+    version: int  # e_version
+    phoff: int
+    phentsize: int
+    phnum: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +59,8 @@ class Section:
     size: int
     link: int
     entsize: int
+    flags: int
+    info: int
 
     @property
     def nobits(self) -> bool:
@@ -61,6 +74,14 @@ class Symbol:
     shndx: int
     value: int
     size: int
+    other: int  # st_other, whole: visibility and any processor-specific bits
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    owner: bytes  # the name, without its terminating NULs
+    type: int
+    desc: bytes
 
 
 def header(data: bytes) -> Header:
@@ -68,8 +89,23 @@ def header(data: bytes) -> Header:
         raise ParseError("not an ELF file")
     if data[4] != 2 or data[5] != 1:
         raise ParseError("not a 64-bit little-endian ELF")
-    _, machine, _, _, _, shoff, flags, _, _, _, shentsize, shnum, shstrndx = _EHDR.unpack_from(data, 16)
-    return Header(machine, flags, shoff, shentsize, shnum, shstrndx)
+    _, machine, version, _, phoff, shoff, flags, _, phentsize, phnum, shentsize, shnum, shstrndx = _EHDR.unpack_from(
+        data, 16
+    )
+    return Header(
+        machine,
+        flags,
+        shoff,
+        shentsize,
+        shnum,
+        shstrndx,
+        data[EI_OSABI],
+        data[EI_ABIVERSION],
+        version,
+        phoff,
+        phentsize,
+        phnum,
+    )
 
 
 def sections(data: bytes, hdr: Header) -> list[Section]:
@@ -100,9 +136,14 @@ def sections(data: bytes, hdr: Header) -> list[Section]:
         _, _, _, _, offset, size, *_ = raw[names_index]
         names = data[offset : offset + size]
     return [
-        Section(_string(names, name), kind, addr, offset, size, link, entsize)
-        for name, kind, _, addr, offset, size, link, _, _, entsize in raw
+        Section(_string(names, name), kind, addr, offset, size, link, entsize, flags, info)
+        for name, kind, flags, addr, offset, size, link, info, _, entsize in raw
     ]
+
+
+def section_data(data: bytes, sec: Section) -> bytes:
+    """A section's bytes (none for SHT_NOBITS); `sections` has checked that they lie inside the file."""
+    return b"" if sec.nobits else data[sec.offset : sec.offset + sec.size]
 
 
 def symbols(data: bytes, table: Section, all_sections: list[Section]) -> list[Symbol]:
@@ -116,9 +157,34 @@ def symbols(data: bytes, table: Section, all_sections: list[Section]) -> list[Sy
     strings = all_sections[table.link]
     names = data[strings.offset : strings.offset + strings.size]
     return [
-        Symbol(_string(names, name), info & 0xF, shndx, value, size)
-        for name, info, _, shndx, value, size in _SYM.iter_unpack(data[table.offset : table.offset + table.size])
+        Symbol(_string(names, name), info & 0xF, shndx, value, size, other)
+        for name, info, other, shndx, value, size in _SYM.iter_unpack(data[table.offset : table.offset + table.size])
     ]
+
+
+def notes(blob: bytes) -> tuple[list[Note], int]:
+    """The records of a SHT_NOTE section body, and the offset where reading stopped: the end of the body, or
+    the first record that does not fit in it (a tail shorter than a note header, or one whose descriptor runs
+    past the body). Whether such a stop is an error is the caller's to say."""
+    out = []
+    pos = 0
+    while pos + _NHDR.size <= len(blob):
+        namesz, descsz, note_type = _NHDR.unpack_from(blob, pos)
+        name_start = pos + _NHDR.size
+        desc_start = name_start + _align4(namesz)
+        if desc_start + descsz > len(blob):
+            return out, pos
+        out.append(
+            Note(
+                blob[name_start : name_start + namesz].rstrip(b"\0"), note_type, blob[desc_start : desc_start + descsz]
+            )
+        )
+        pos = desc_start + _align4(descsz)
+    return out, pos
+
+
+def _align4(value: int) -> int:
+    return (value + 3) & ~3
 
 
 def _string(table: bytes, offset: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import msgpack
 
 from kdb.analysis import elf64
+from kdb.analysis.amd import descriptor as kd
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, arch_spec, processor_name
 from kdb.errors import ParseError
 
@@ -25,8 +26,6 @@ CODE_OBJECT_VERSIONS = {1: 3, 2: 4, 3: 5, 4: 6}
 GENERIC_NAME_RE = re.compile(r"^gfx(\d{1,2})-")
 # gfx600..gfx950/gfx90a: one digit of generation; gfx1010..gfx1251: two
 PROCESSOR_DIGITS_RE = re.compile(r"^gfx(\d{1,2}?)[0-9a-f]{2}$")
-FEATURE_STATES = ("unsupported", "any", "off", "on")  # v4+ two-bit xnack/sramecc fields
-KERNEL_DESCRIPTOR_SIZE = 64
 # Real notes are a few KB per kernel; refuse anything that would make msgpack build huge objects.
 MAX_NOTE_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 64
@@ -113,17 +112,18 @@ def _parse(data: bytes) -> CodeObject:
     hdr = elf64.header(data)
     if hdr.machine != EM_AMDGPU:
         raise ParseError(f"not an AMDGPU ELF (e_machine {hdr.machine})")
-    if data[7] != ELFOSABI_AMDGPU_HSA:
-        raise ParseError(f"OS ABI {data[7]} is not AMDGPU HSA")
-    version = CODE_OBJECT_VERSIONS.get(data[8])
+    if hdr.os_abi != ELFOSABI_AMDGPU_HSA:
+        raise ParseError(f"OS ABI {hdr.os_abi} is not AMDGPU HSA")
+    version = CODE_OBJECT_VERSIONS.get(hdr.abi_version)
     flags = hdr.flags
-    mach = flags & 0xFF
+    mach = kd.EF_AMDGPU_MACH.get(flags)
     flags_arch = ARCH_BY_MACH.get(mach)
     if version is not None and version >= 4:
-        xnack, sramecc = FEATURE_STATES[(flags >> 8) & 3], FEATURE_STATES[(flags >> 10) & 3]
+        xnack = kd.FEATURE_STATES_V4[kd.EF_AMDGPU_FEATURE_XNACK_V4.get(flags)]
+        sramecc = kd.FEATURE_STATES_V4[kd.EF_AMDGPU_FEATURE_SRAMECC_V4.get(flags)]
     else:
-        xnack = "on" if flags & 0x100 else "off"
-        sramecc = "on" if flags & 0x200 else "off"
+        xnack = "on" if kd.EF_AMDGPU_FEATURE_XNACK_V3.is_set(flags) else "off"
+        sramecc = "on" if kd.EF_AMDGPU_FEATURE_SRAMECC_V3.is_set(flags) else "off"
 
     sections = elf64.sections(data, hdr)
     note = _metadata_note(data, sections)
@@ -143,37 +143,19 @@ def _metadata_note(data: bytes, sections: list[elf64.Section]) -> dict[str, Any]
     for sec in sections:
         if sec.type != elf64.SHT_NOTE:
             continue
-        for owner, note_type, desc in _notes(data[sec.offset : sec.offset + sec.size]):
-            if owner == b"AMDGPU" and note_type == NT_AMDGPU_METADATA:
-                if len(desc) > MAX_NOTE_BYTES:
+        body = elf64.section_data(data, sec)
+        records, stop = elf64.notes(body)
+        if len(body) - stop >= elf64.NOTE_HEADER_SIZE:  # a tail too short for a note header is padding
+            raise ParseError("note record runs past its section")
+        for note in records:
+            if note.owner == b"AMDGPU" and note.type == NT_AMDGPU_METADATA:
+                if len(note.desc) > MAX_NOTE_BYTES:
                     raise ParseError("metadata note too large")
-                decoded = msgpack.unpackb(desc, raw=False, strict_map_key=False)
+                decoded = msgpack.unpackb(note.desc, raw=False, strict_map_key=False)
                 if not isinstance(decoded, dict):
                     raise ParseError("metadata note is not a map")
                 return _json_safe(decoded, 0)
     raise ParseError("no AMDGPU metadata note (code-object v2 or not a kernel object)")
-
-
-def _notes(blob: bytes) -> list[tuple[bytes, int, bytes]]:
-    """Split a note section into (owner, type, desc); records are 4-byte aligned in code objects."""
-    notes = []
-    pos = 0
-    while pos + 12 <= len(blob):
-        namesz, descsz, note_type = struct.unpack_from("<III", blob, pos)
-        name_start = pos + 12
-        desc_start = name_start + _align4(namesz)
-        end = desc_start + _align4(descsz)
-        if desc_start + descsz > len(blob):
-            raise ParseError("note record runs past its section")
-        notes.append(
-            (blob[name_start : name_start + namesz].rstrip(b"\0"), note_type, blob[desc_start : desc_start + descsz])
-        )
-        pos = end
-    return notes
-
-
-def _align4(value: int) -> int:
-    return (value + 3) & ~3
 
 
 def _json_safe(value: Any, depth: int) -> Any:
@@ -236,28 +218,27 @@ def _kernel(
     func_sym = symbols.get(name)
     if func_sym is None or func_sym.type != elf64.STT_FUNC:
         raise ParseError(f"kernel {name}: no function symbol")
-    if kd_sym.size and kd_sym.size < KERNEL_DESCRIPTOR_SIZE:
+    if kd_sym.size and kd_sym.size < kd.KERNEL_DESCRIPTOR_SIZE:
         raise ParseError(f"kernel {name}: descriptor is {kd_sym.size} bytes")
     kd_offset = _file_offset(kd_sym, sections, len(data), f"kernel {name} descriptor")
-    if kd_offset + KERNEL_DESCRIPTOR_SIZE > len(data):
+    if kd_offset + kd.KERNEL_DESCRIPTOR_SIZE > len(data):
         raise ParseError(f"kernel {name}: descriptor runs past the end of the file")
     code_offset = _file_offset(func_sym, sections, len(data), f"kernel {name} code")
 
-    entry_offset = struct.unpack_from("<q", data, kd_offset + 16)[0]
-    rsrc3, rsrc1, rsrc2 = struct.unpack_from("<III", data, kd_offset + 44)
-    code_props = struct.unpack_from("<H", data, kd_offset + 56)[0]
+    desc = kd.decode(data, kd_offset)
+    rsrc1, rsrc2 = desc.compute_pgm_rsrc1, desc.compute_pgm_rsrc2
 
     spec = arch_spec(arch)
     generation = spec.generation if spec else _generation_from_name(arch)
     unified = bool(spec and spec.unified_agprs)
-    wave32 = bool(code_props & (1 << 10))
-    granulated_vgpr = rsrc1 & 0x3F
-    granulated_sgpr = (rsrc1 >> 6) & 0xF
+    wave32 = kd.ENABLE_WAVEFRONT_SIZE32.is_set(desc.kernel_code_properties)
+    granulated_vgpr = kd.GRANULATED_WORKITEM_VGPR_COUNT.get(rsrc1)
+    granulated_sgpr = kd.GRANULATED_WAVEFRONT_SGPR_COUNT.get(rsrc1)
     # Encoding granules probed from llvm-mc (processors.json): 4 or 8 VGPRs, 16 on gfx1250; unknown processor: None
     vgpr_unit = spec.descriptor_vgpr_granule(32 if wave32 else 64) if spec else None
     descriptor_vgprs = (granulated_vgpr + 1) * vgpr_unit if vgpr_unit else None
     sgpr_unit = spec.descriptor_sgpr_granule if spec else None
-    accum_offset = rsrc3 & 0x3F if unified else None
+    accum_offset = kd.ACCUM_OFFSET.get(desc.compute_pgm_rsrc3) if unified else None
     if accum_offset is not None:
         descriptor_arch_vgprs: int | None = (accum_offset + 1) * 4
     elif spec is not None and spec.has_agprs:
@@ -283,11 +264,11 @@ def _kernel(
         granulated_vgpr=granulated_vgpr,
         granulated_sgpr=granulated_sgpr,
         accum_offset=accum_offset,
-        wgp_mode=bool(rsrc1 & (1 << 29)) if generation is not None and generation >= 10 else None,
+        wgp_mode=kd.WGP_MODE.is_set(rsrc1) if generation is not None and generation >= 10 else None,
         wave32=wave32,
-        private_segment_enabled=bool(rsrc2 & 1),
-        user_sgpr_count=(rsrc2 >> 1) & 0x1F,
-        entry_offset=entry_offset,
+        private_segment_enabled=kd.ENABLE_PRIVATE_SEGMENT.is_set(rsrc2),
+        user_sgpr_count=kd.USER_SGPR_COUNT.get(rsrc2),
+        entry_offset=desc.kernel_code_entry_byte_offset,
         descriptor_vgprs=descriptor_vgprs,
         descriptor_arch_vgprs=descriptor_arch_vgprs,
         descriptor_sgprs=(granulated_sgpr + 1) * sgpr_unit if sgpr_unit else None,
