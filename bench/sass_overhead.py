@@ -29,7 +29,7 @@ from real_bench import real_caches, unpack  # noqa: E402
 
 from kdb.analysis.model import AnalysisOptions  # noqa: E402
 from kdb.analysis.nvidia import tools  # noqa: E402
-from kdb.ingest.snapshot import ingest  # noqa: E402
+from kdb.ingest.snapshot import IngestRequest, ingest  # noqa: E402
 from kdb.store.home import Home  # noqa: E402
 
 _RUN = subprocess.run  # the real one: tools.subprocess is this very module, patched below
@@ -57,7 +57,7 @@ def one_ingest(cache: Path, sass: bool) -> tuple[float, float, int]:
     tools.subprocess.run = timer  # type: ignore[attr-defined]
     try:
         started = time.perf_counter()
-        ingest(Home(home_dir), cache, "a", workers=1, options=AnalysisOptions(sass=sass))
+        ingest(Home(home_dir), IngestRequest(cache, "a", workers=1, options=AnalysisOptions(sass=sass)))
         return time.perf_counter() - started, timer.seconds, timer.calls
     finally:
         tools.subprocess.run = _RUN  # type: ignore[attr-defined]

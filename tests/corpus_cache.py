@@ -263,12 +263,12 @@ def ingested_home(snapshots: list[tuple[str, Path]], *, sass: bool = True, via_c
             (tree.parent / "summaries.json").write_text(json.dumps(found))
             return
         from kdb.analysis.model import AnalysisOptions
-        from kdb.ingest.snapshot import ingest
+        from kdb.ingest.snapshot import IngestRequest, ingest
         from kdb.store.home import Home
 
         found = {}
         for tag, cache in caches:
-            found[tag] = ingest(Home(tree), cache, tag, options=AnalysisOptions(sass=sass)).__dict__
+            found[tag] = ingest(Home(tree), IngestRequest(cache, tag, options=AnalysisOptions(sass=sass))).__dict__
         (tree.parent / "summaries.json").write_text(json.dumps(found, default=str))
 
     return cached("homes", parts, build)

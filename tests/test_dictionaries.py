@@ -56,7 +56,7 @@ def test_a_real_cache_is_stored_with_a_dictionary_per_kind_and_restored_byte_for
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(caches[MLP]), "--tag", "mlp", "--no-sass", "-q").code == 0
     store = Home(home).store
-    entries = store.dictionaries()
+    entries = store.dictionaries.entries()
     files = _files_by_kind(capsys, home, "mlp")
     kinds = {f["kind"] for f in files}
     count = {k: sum(1 for f in files if f["kind"] == k) for k in kinds}
@@ -86,10 +86,10 @@ def test_later_ingests_reuse_the_dictionaries_and_train_only_for_new_kinds(cache
     home = tmp_path / "home"
     assert kdb(capsys, home, "ingest", str(caches[GPT2]), "--tag", "gpt2", "--no-sass", "-q").code == 0
     store = Home(home).store
-    first = {e.kind: e for e in store.dictionaries()}
+    first = {e.kind: e for e in store.dictionaries.entries()}
     assert first
     assert kdb(capsys, home, "ingest", str(caches[MLP]), "--tag", "mlp", "--no-sass", "-q").code == 0
-    second = {e.kind: e for e in store.dictionaries()}
+    second = {e.kind: e for e in store.dictionaries.entries()}
     assert all(second[k] == e for k, e in first.items())  # kept, not retrained
     for f in _files_by_kind(capsys, home, "mlp"):
         if f["kind"] in first:
@@ -104,7 +104,7 @@ def _home_with_mlp(caches, tmp_path, capsys) -> tuple[Path, BlobStore, list[dict
 
 def test_a_damaged_dictionary_is_reported_and_nothing_is_returned_from_it(caches, tmp_path, capsys):
     home, store, files = _home_with_mlp(caches, tmp_path, capsys)
-    entry = store.dictionary_for("llir")
+    entry = store.dictionaries.for_kind("llir")
     assert entry is not None
     victim = next(f for f in files if f["kind"] == "llir")
     # damage the stored dictionary in place: one byte of its frame, in a fresh process (no cached copy)
@@ -129,9 +129,9 @@ def test_a_damaged_dictionary_is_reported_and_nothing_is_returned_from_it(caches
 
 def test_a_missing_dictionary_entry_is_named_and_verify_reports_its_blobs(caches, tmp_path, capsys):
     home, store, files = _home_with_mlp(caches, tmp_path, capsys)
-    entry = store.dictionary_for("ttir")
+    entry = store.dictionaries.for_kind("ttir")
     assert entry is not None
-    (store.dictionary_dir / entry.entry_name).unlink()
+    (store.dictionaries.directory / entry.entry_name).unlink()
     victim = next(f for f in files if f["kind"] == "ttir")
     cat = subprocess.run(
         ["python", "-m", "kdb", "--home", str(home), "cat", "mlp", victim["path"]], capture_output=True, text=True
@@ -148,17 +148,17 @@ def test_a_missing_dictionary_entry_is_named_and_verify_reports_its_blobs(caches
 
 def test_gc_keeps_dictionaries_when_no_snapshot_is_left(caches, tmp_path, capsys):
     home, store, _ = _home_with_mlp(caches, tmp_path, capsys)
-    entries = store.dictionaries()
+    entries = store.dictionaries.entries()
     assert kdb(capsys, home, "rm", "mlp").code == 0
     assert kdb(capsys, home, "gc").code == 0
-    assert store.dictionaries(reload=True) == entries
+    assert store.dictionaries.entries(reload=True) == entries
     left = [name for name, _ in store.iter_blobs()]
     assert sorted(left) == sorted(e.digest for e in entries)  # every other blob went
     r = kdb(capsys, home, "verify")
     assert r.code == 0 and "0 unreferenced" in r.out, r.out
     # and the next ingest uses them: export still byte for byte
     assert kdb(capsys, home, "ingest", str(caches[MLP]), "--tag", "again", "--no-sass", "-q").code == 0
-    assert store.dictionaries(reload=True) == entries
+    assert store.dictionaries.entries(reload=True) == entries
     assert kdb(capsys, home, "export", "again", str(tmp_path / "out"), "--verbatim").code == 0
     assert tree_hashes(tmp_path / "out") == tree_hashes(caches[MLP])
 
@@ -168,18 +168,18 @@ def test_transfer_carries_dictionaries_and_recompresses_around_a_clashing_id(cac
     source = Home(source_dir)
     # a destination whose own dictionary (trained on real JSON files of another cache) has the id of the
     # source's llir dictionary: frames made with that id must not be copied as they are
-    clash = store.dictionary_for("llir")
+    clash = store.dictionaries.for_kind("llir")
     assert clash is not None
     dest = Home(tmp_path / "dest")
     dest.store.ensure()
     samples = [p.read_bytes() for p in sorted(caches[GPT2].rglob("*.json"))]
     own = zstandard.train_dictionary(8192, samples, k=1024, d=8, dict_id=clash.dict_id).as_bytes()
     assert hash_bytes(own) != clash.digest
-    dest.store.add_dictionary("json", own)
+    dest.store.dictionaries.add("json", own)
     results = transfer(source, dest, ["mlp"], 60)
     assert results[0].status == "copied"
-    dest_entries = {(e.kind, e.dict_id) for e in dest.store.dictionaries(reload=True)}
-    assert {(e.kind, e.dict_id) for e in store.dictionaries() if e.dict_id != clash.dict_id} <= dest_entries
+    dest_entries = {(e.kind, e.dict_id) for e in dest.store.dictionaries.entries(reload=True)}
+    assert {(e.kind, e.dict_id) for e in store.dictionaries.entries() if e.dict_id != clash.dict_id} <= dest_entries
     for f in files:  # recompressed at the destination, which has no llir dictionary
         if f["kind"] == "llir":
             assert _frame_dict_id(dest.store, f["hash"]) == 0

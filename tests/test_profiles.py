@@ -53,11 +53,11 @@ def snapshots(tree) -> Path:
 
     def build(home: Path) -> None:
         from kdb.analysis.model import AnalysisOptions
-        from kdb.ingest.snapshot import ingest
+        from kdb.ingest.snapshot import IngestRequest, ingest
         from kdb.store.home import Home
 
         for name in SCENARIOS:
-            ingest(Home(home), tree / "caches" / name, name, options=AnalysisOptions(sass=False))
+            ingest(Home(home), IngestRequest(tree / "caches" / name, name, options=AnalysisOptions(sass=False)))
 
     return cached("homes", parts, build)
 

@@ -15,6 +15,7 @@ from conftest import ROOT
 from helpers import duckdb_shell, kdb, kdb_subprocess
 
 from kdb.errors import ExitCode
+from kdb.store.lock import is_held
 
 sys.path.insert(0, str(ROOT / "bench"))
 import crash_harness
@@ -53,17 +54,7 @@ def _counts(capsys, home: Path, tag: str) -> tuple[int, int]:
 
 def _lock_held(home: Path) -> bool:
     """Whether a kdb writer holds write.lock now (probing takes the lock for an instant when free)."""
-    path = home / "write.lock"
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return is_held(home / "write.lock")
 
 
 def _file_locked_by_other(path: Path) -> bool:

@@ -53,12 +53,12 @@ def _ingested(tree: Path, scenarios: tuple[str, ...], others: bool) -> Path:
 
     def build(home: Path) -> None:
         from kdb.analysis.model import AnalysisOptions
-        from kdb.ingest.snapshot import ingest
+        from kdb.ingest.snapshot import IngestRequest, ingest
         from kdb.store.home import Home
 
         sources = [(s, tree / "caches" / s) for s in scenarios] + ([(AMD_TAG, amd), (SM80, sm80)] if others else [])
         for tag, source in sources:
-            ingest(Home(home), source, tag, options=AnalysisOptions(sass=False))
+            ingest(Home(home), IngestRequest(source, tag, options=AnalysisOptions(sass=False)))
 
     return cached("homes", parts, build)
 
@@ -169,7 +169,7 @@ def test_cuda_launch_rules_apply_to_cuda_folders_only(home, tree, tmp_path, caps
     is a record that equals the AMD folder's own figures (num_warps × 64 from Triton's JSON, `shared`, the asm's
     `.vgpr_count`) exactly, and no launch that only the floor would fit is linked."""
     from kdb.profile.formats import parse_profile
-    from kdb.profile.importer import _folders
+    from kdb.profile.importer import folders_by_kernel
     from kdb.profile.link import link_launches
     from kdb.store.catalog import Catalog
     from kdb.store.home import Home
@@ -179,7 +179,7 @@ def test_cuda_launch_rules_apply_to_cuda_folders_only(home, tree, tmp_path, caps
     assert {launch.backend for launch in profile.launches} == {"cuda"}  # its deviceProperties: Kineto's CUDA build
     names = sorted({launch.name for launch in profile.launches})
     with Catalog.open(Home(home).catalog, read_only=True, wait_s=60) as catalog:
-        folders = _folders(Home(home), catalog.profile_folders(AMD_TAG, names))
+        folders = folders_by_kernel(Home(home), catalog.profile_folders(AMD_TAG, names))
     assert {f.backend for fs in folders.values() for f in fs} == {"hip"}
     assert all(link_launches(launch, folders.get(launch.name, [])).cache_key is None for launch in profile.launches)
 

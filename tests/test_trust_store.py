@@ -172,9 +172,9 @@ def test_every_put_repairs_a_damaged_blob(unpack_snapshot, tmp_path, capsys):
     size = source.stat().st_size
     assert store.put_compressed(digest, size, other.read_compressed(digest))
     _truncate(store.path_for(digest))
-    assert not store.holds(digest, size)
+    assert not store.repair.holds(digest, size)
     assert store.put_compressed(digest, size, other.read_compressed(digest))
-    assert store.holds(digest, size) and not store.put_compressed(digest, size, other.read_compressed(digest))
+    assert store.repair.holds(digest, size) and not store.put_compressed(digest, size, other.read_compressed(digest))
     assert not list(store.root.rglob(".tmp-*"))
     assert_verified(capsys, home)  # a home with blobs and no catalog (item 12)
 
@@ -349,7 +349,7 @@ def test_verify_reports_the_blobs_of_a_home_without_a_catalog(ingested_copy, cap
     digest, path, _ = _blob(home, "hsaco")
     (home / "catalog.duckdb").unlink()
     store = Home(home).store
-    dictionaries = {name.rsplit("-", 1)[1] for name in os.listdir(store.dictionary_dir)}
+    dictionaries = {name.rsplit("-", 1)[1] for name in os.listdir(store.dictionaries.directory)}
     blob_files = [p for shard in store.root.iterdir() if shard.name != "dictionaries" for p in shard.iterdir()]
     r = kdb(capsys, home, "verify", "--format", "json")
     assert r.code == 0, r.out + r.err

@@ -18,7 +18,7 @@ import pytest
 from helpers import kdb
 
 from kdb.errors import ExitCode
-from kdb.ingest.snapshot import ingest
+from kdb.ingest.snapshot import IngestRequest, ingest
 from kdb.store.home import Home
 
 BASE = "t3.8.0-gfx942"
@@ -71,7 +71,7 @@ def unknown_home(tmp_path_factory: pytest.TempPathFactory, unpack_snapshot) -> t
     work = tmp_path_factory.mktemp("unknown-caches")
     facts: dict = {}
     base = unpack_snapshot(BASE)
-    ingest(Home(home), base, "base")
+    ingest(Home(home), IngestRequest(base, "base"))
     for name, change in (
         ("relabelled", lambda c: _relabel(c, "3.10.0")),
         ("damaged", _truncate_code_object),
@@ -79,14 +79,14 @@ def unknown_home(tmp_path_factory: pytest.TempPathFactory, unpack_snapshot) -> t
         cache = work / name
         shutil.copytree(base, cache)
         facts[name] = change(cache)
-        ingest(Home(home), cache, name)
+        ingest(Home(home), IngestRequest(cache, name))
     for name in ("gfx1250", "gfx1299"):
         cache = work / name
         shutil.copytree(unpack_snapshot(NEW_TARGET), cache)
         if name == "gfx1299":
             facts[name] = _rename_processor(cache, "gfx1250", "gfx1299")
-        ingest(Home(home), cache, name)
-        ingest(Home(home), cache, f"{name}-again")
+        ingest(Home(home), IngestRequest(cache, name))
+        ingest(Home(home), IngestRequest(cache, f"{name}-again"))
     return home, facts
 
 

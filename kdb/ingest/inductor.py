@@ -115,12 +115,12 @@ def link_inductor(
                 configs=_dump(k.configs),
                 kernel_perf_ms=perf.get(path),
             )
-    by_cache_key = {f.cache_key: f for f in folders}
     folder_module = _link_folders(out, modules, folders) if modules else {}
+    found = _Found(modules, perf, folders, folder_module, {f.cache_key: f for f in folders})
     best_configs = [(p, d) for p, k, d in files if k == "best_config"]
     autotune_files = [(p, d) for p, k, d in files if k == "autotune"]
     for path, data in sorted(best_configs):
-        _link_best_config(out, path, data, modules, perf, folders, folder_module, by_cache_key)
+        _link_best_config(out, path, data, found)
     for path, data in sorted(autotune_files):
         _link_autotune_json(out, path, data, folders)
     out.found = {
@@ -201,16 +201,21 @@ def _by_config(
     return None, "missing", f"none of the {len(candidates)} folders of {what} fits this config"
 
 
-def _link_best_config(
-    out: InductorLinks,
-    path: str,
-    data: bytes,
-    modules: dict[str, list[InductorKernel]],
-    perf: dict[str, float],
-    folders: list[FolderFacts],
-    folder_module: dict[str, tuple[str, str]],
-    by_cache_key: dict[str, FolderFacts],
-) -> None:
+@dataclass(frozen=True)
+class _Found:
+    """What linking a best config looks up: the generated modules (path -> their kernels), their kernel_perf times
+    (module path -> ms), the kernel folders (and by cache key), and the (module path, kernel name) each folder was
+    linked to."""
+
+    modules: dict[str, list[InductorKernel]]
+    perf: dict[str, float]
+    folders: list[FolderFacts]
+    folder_module: dict[str, tuple[str, str]]
+    by_cache_key: dict[str, FolderFacts]
+
+
+def _link_best_config(out: InductorLinks, path: str, data: bytes, found: _Found) -> None:
+    modules, folders, folder_module = found.modules, found.folders, found.folder_module
     try:
         best = parse_best_config(data)
     except ParseError as exc:
@@ -230,7 +235,7 @@ def _link_best_config(
         "kernel_name": kernel.name if kernel else None,
         "module_path": module,
         "config": _dump(best.config),
-        "time_ms": perf.get(module) if module else None,
+        "time_ms": found.perf.get(module) if module else None,
         "tuning_ms": best.time_taken_ms,
         "is_best": True,
         "found_by_coordesc": best.found_by_coordesc,
@@ -255,7 +260,7 @@ def _link_best_config(
         # Triton's cache key hashes the kernel's source, not its file: a folder compiled from an identical
         # kernel of another module (whose path its TTIR names) is this module's too.
         same = {(p, k.name) for p, ks in modules.items() for k in ks if k.source_digest == kernel.source_digest}
-        candidates = [by_cache_key[key] for key, pk in folder_module.items() if pk in same]
+        candidates = [found.by_cache_key[key] for key, pk in folder_module.items() if pk in same]
         meta = kernel.inductor_meta if isinstance(kernel.inductor_meta, dict) else {}
         key, link, detail = _by_config(
             best.config, candidates, f"{kernel.name} ({module})", squeezable=meta.get("no_x_dim") is True

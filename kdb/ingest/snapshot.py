@@ -23,8 +23,8 @@ from kdb.ingest.columns import STAGED_COLUMNS
 from kdb.ingest.inductor import INDUCTOR_KINDS, FolderFacts, InductorLinks, link_inductor
 from kdb.ingest.training import train_missing
 from kdb.ingest.walker import Walk, WalkedFile, walk_cache
-from kdb.ingest.worker import GroupResult, groups_of, reuse_unchanged, run_groups
-from kdb.profile.importer import ProfileRelink
+from kdb.ingest.worker import GroupResult, GroupSettings, groups_of, reuse_unchanged, run_groups
+from kdb.profile.relink import ProfileRelink
 from kdb.store.catalog import JSON_LOAD_MIN_VALUES, Catalog, Table, value_count
 from kdb.store.home import Home
 from kdb.store.staging import Staging
@@ -69,6 +69,47 @@ class IngestSummary:
     blobs_repaired: int = 0
 
 
+@dataclass(frozen=True)
+class IngestRequest:
+    """What `ingest` is asked to do: snapshot the cache directory `source` as `tag`, with `labels`; `replace` an
+    existing snapshot of that tag; `workers` processes (None: every core); files over `max_file_bytes` are
+    problems, not read; `lock_wait_s` for the home's writer lock and the catalog; `rehash`: read every file and
+    check every stored blob it reuses (`--rehash`). `append` (kdb's Triton cache manager): add the folders of
+    `source` to the snapshot `tag` if it exists (else create it), plus these (cache_key, folder_digest) pairs the
+    catalog already holds."""
+
+    source: Path
+    tag: str
+    labels: dict[str, str] | None = None
+    replace: bool = False
+    workers: int | None = None
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    lock_wait_s: float = 600.0
+    options: AnalysisOptions = DEFAULT_OPTIONS
+    rehash: bool = False
+    append: Sequence[tuple[str, str]] | None = None
+
+
+# What one ingest reports as it goes (nothing here prints): (files done, files, bytes done, bytes) as kernel
+# folders are stored, and the step it is in.
+Progress = Callable[[int, int, int, int], None]
+Phase = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One ingest as its steps see it: the request, the walked cache and its groups, the workers resolved, where
+    progress goes, and the profiles to relink (`replace`)."""
+
+    request: IngestRequest
+    walk: Walk
+    groups: list[tuple[str | None, list[WalkedFile], bool]]
+    workers: int
+    progress: Progress | None
+    phase: Phase
+    relink: ProfileRelink | None
+
+
 def validate_tag(tag: str) -> str:
     """A new snapshot's tag follows the one rule set of every tag (kdb/store/tags.py)."""
     return check_tag(tag)
@@ -85,62 +126,30 @@ def parse_labels(pairs: list[str]) -> dict[str, str]:
 
 
 def ingest(
-    home: Home,
-    source: Path,
-    tag: str,
-    *,
-    labels: dict[str, str] | None = None,
-    replace: bool = False,
-    workers: int | None = None,
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-    progress: Callable[[int, int, int, int], None] | None = None,
-    lock_wait_s: float = 600.0,
-    options: AnalysisOptions = DEFAULT_OPTIONS,
-    rehash: bool = False,
-    phase: Callable[[str], None] | None = None,
-    append: Sequence[tuple[str, str]] | None = None,
+    home: Home, request: IngestRequest, *, progress: Progress | None = None, phase: Phase | None = None
 ) -> IngestSummary:
-    """Ingest `source` as `tag`. `progress` is told (files done, files, bytes done, bytes) as kernel folders are
-    stored; `phase` the step the ingest is in: walking, storing (dictionaries), storing and analysing,
-    linking, committing (the CLI shows both; nothing here prints).
-
-    `append` (kdb's Triton cache manager): add the folders of `source` to the snapshot `tag` if it exists
-    (else create it), plus these (cache_key, folder_digest) pairs the catalog already holds."""
+    """Ingest `request.source` as `request.tag`. `progress` is told (files done, files, bytes done, bytes) as kernel
+    folders are stored; `phase` the step the ingest is in: walking, storing (dictionaries), storing and analysing,
+    linking, committing (the CLI shows both; nothing here prints)."""
+    source, tag = request.source, request.tag
     validate_tag(tag)
     started = time.monotonic()
     timed = _PhaseClock(phase)
-    phase = timed
-    phase("walking")
+    timed("walking")
     walk = walk_cache(source)
     if progress:
         progress(0, len(walk.files), 0, sum(f.size for f in walk.files))
     groups = groups_of(walk.files)
-    if append is None and not any(analyze for _, _, analyze in groups):
+    if request.append is None and not any(analyze for _, _, analyze in groups):
         raise InputError(
             f"{source}: no Triton kernel folders found (expected folders holding NAME.json beside NAME.ttir/…)"
         )
-    workers = workers or os.cpu_count() or 1
-    relink = ProfileRelink(home, tag) if replace else None
+    workers = request.workers or os.cpu_count() or 1
+    relink = ProfileRelink(home, tag) if request.replace else None
+    run = _Run(request, walk, groups, workers, progress, timed, relink)
     for attempt in range(3):
         try:
-            recorded, problem_list, totals, links, notes = _ingest_once(
-                home,
-                source,
-                tag,
-                labels,
-                replace,
-                walk,
-                groups,
-                workers,
-                max_file_bytes,
-                progress,
-                lock_wait_s,
-                options,
-                rehash,
-                phase,
-                append,
-                relink=relink,
-            )
+            recorded, problem_list, totals, links, notes = _ingest_once(home, run)
             break
         except CollectedMeanwhile:  # shared home: a concurrent gc dropped folders this ingest skipped as known
             if attempt == 2:
@@ -168,42 +177,27 @@ def ingest(
 
 
 def _ingest_once(
-    home: Home,
-    source: Path,
-    tag: str,
-    labels: dict[str, str] | None,
-    replace: bool,
-    walk: Walk,
-    groups: list[tuple[str | None, list[WalkedFile], bool]],
-    workers: int,
-    max_file_bytes: int,
-    progress: Callable[[int, int, int, int], None] | None,
-    lock_wait_s: float,
-    options: AnalysisOptions,
-    rehash: bool,
-    phase: Callable[[str], None],
-    append: Sequence[tuple[str, str]] | None = None,
-    relink: ProfileRelink | None = None,
+    home: Home, run: _Run
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, int], InductorLinks, dict[str, int]]:
+    request, phase, relink = run.request, run.phase, run.relink
+    source, tag, lock_wait_s, append = request.source, request.tag, request.lock_wait_s, request.append
     phase("reading the catalog")
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-            if catalog.snapshot_id(tag) is not None and not replace and append is None:
+            if catalog.snapshot_id(tag) is not None and not request.replace and append is None:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
-            known = catalog.known_folders([key for key, _, _ in groups if key is not None])
-            stats = {} if rehash else catalog.file_stats(socket.gethostname(), str(source.resolve()))
+            known = catalog.known_folders([key for key, _, _ in run.groups if key is not None])
+            stats = {} if request.rehash else catalog.file_stats(socket.gethostname(), str(source.resolve()))
             schema = catalog.staging_schema(STAGED_COLUMNS)
-        reused, groups = reuse_unchanged(groups, known, stats)
+        reused, groups = reuse_unchanged(run.groups, known, stats)
         home.store.ensure()
         phase("storing (dictionaries)")
-        train_missing(home.store, [f for _, files, _ in groups for f in files], workers)
+        train_missing(home.store, [f for _, files, _ in groups for f in files], run.workers)
         staging = Staging(home.staging_path, schema)
         try:
             seen = _Seen()
             phase("storing and analysing")
-            totals = _store_and_stage(
-                home, staging, walk, (reused, groups), known, workers, max_file_bytes, progress, options, seen, rehash
-            )
+            totals = _store_and_stage(home, staging, run, (reused, groups), known, seen)
             totals["files_unchanged"] = sum(len(r.files) for r in reused)
             phase("linking")
             links = _link(home, seen, lock_wait_s)
@@ -224,7 +218,7 @@ def _ingest_once(
                 "source_path": str(source.resolve()),
                 "host": socket.gethostname(),
                 "kdb_version": __version__,
-                "labels": labels or {},
+                "labels": request.labels or {},
                 **totals,
             }
             phase("committing")
@@ -232,7 +226,7 @@ def _ingest_once(
                 catalog.write_snapshot(
                     snapshot,
                     staging.path,
-                    replace=replace,
+                    replace=request.replace,
                     ensure_blobs=home.store.refresh if home.is_shared else None,
                     append=append is not None,
                     relink=relink.bound(catalog) if relink is not None else None,
@@ -345,20 +339,16 @@ def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
 def _store_and_stage(
     home: Home,
     staging: Staging,
-    walk: Walk,
+    run: _Run,
     work: tuple[list[GroupResult], list[tuple[str | None, list[WalkedFile], bool]]],
     known: dict[str, frozenset[str]],
-    workers: int,
-    max_file_bytes: int,
-    progress: Callable[[int, int, int, int], None] | None,
-    options: AnalysisOptions,
     seen: _Seen,
-    rehash: bool = False,
 ) -> dict[str, int]:
     """Store every file and stage every row; return the snapshot's file count and byte totals. `work`: the
-    results made from file metadata alone (reuse_unchanged), and the groups to read (REHASH: each stored blob
+    results made from file metadata alone (reuse_unchanged), and the groups to read (`rehash`: each stored blob
     they would reuse is decompressed and compared with the file, and replaced when it differs)."""
     reused, groups = work
+    walk, progress = run.walk, run.progress
     walked = {f.rel: f for f in walk.files}
     tables = {name: Table(name, columns) for name, columns in STAGED_COLUMNS.items()}
     for p in walk.problems:
@@ -369,7 +359,9 @@ def _store_and_stage(
     total_bytes = sum(f.size for f in walk.files)
     totals = {"file_count": 0, "raw_bytes": 0, "new_bytes": 0, "blobs_repaired": 0}
     done_files = 0
-    stored = run_groups(home.store.root, groups, max_file_bytes, workers, known, options, full_check=rehash)
+    request = run.request
+    settings = GroupSettings(str(home.store.root), request.max_file_bytes, request.options, request.rehash)
+    stored = run_groups(groups, known, settings, run.workers)
     results = itertools.chain(reused, stored)
     for done, result in enumerate(results, 1):
         _stage(tables, result, walked)

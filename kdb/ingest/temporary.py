@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kdb.ingest.snapshot import ingest
+from kdb.ingest.snapshot import IngestRequest, ingest
 from kdb.store.home import Home
 
 
@@ -20,5 +20,5 @@ def temporary_snapshot(
         home = Home(Path(tmp))
         # The directory's own name may be no tag at all (`my cache`, `(copy)`); it is the side's label, not its tag.
         tag = "directory"
-        ingest(home, path, tag, lock_wait_s=wait_s, progress=progress)
+        ingest(home, IngestRequest(path, tag, lock_wait_s=wait_s), progress=progress)
         yield home, tag

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kdb.ingest.walker import WalkedFile
 from kdb.store import dictionaries
-from kdb.store.blobs import STREAM_THRESHOLD, BlobStore, Dictionary
+from kdb.store.blobs import STREAM_THRESHOLD, BlobStore
+from kdb.store.dictionary_index import Dictionary
 
 # Files that are not content: crashed writers' leftovers.
 UNTRAINED_KINDS = frozenset({"temporary"})
@@ -23,7 +24,7 @@ def train_missing(store: BlobStore, files: list[WalkedFile], workers: int) -> li
     wanted = {
         kind: group
         for kind, group in sorted(by_kind.items())
-        if len(group) >= dictionaries.MIN_FILES and store.dictionary_for(kind) is None
+        if len(group) >= dictionaries.MIN_FILES and store.dictionaries.for_kind(kind) is None
     }
     if not wanted:
         return []
@@ -47,4 +48,4 @@ def train_missing(store: BlobStore, files: list[WalkedFile], workers: int) -> li
     # zstd trains without the GIL: one kind per core (each training's memory is bounded by SAMPLE_BYTES)
     with ThreadPoolExecutor(max_workers=max(1, min(workers, 2))) as pool:
         trained = list(pool.map(train_kind, wanted))
-    return [store.add_dictionary(kind, data) for kind, data in trained if data is not None]
+    return [store.dictionaries.add(kind, data) for kind, data in trained if data is not None]

@@ -52,6 +52,8 @@ class GroupResult:
     notes: dict[str, int] = field(default_factory=dict)  # instr_note -> 1 for a kernel analysed now
 
 
+Group = tuple[str | None, list[WalkedFile], bool]  # folder (cache key), its files, whether it is a kernel folder
+
 # The analysis tables whose rows workers encode (the bulk of a kernel's rows); kernel_folders and
 # kernel_sources stay rows: the parent reads them to link Inductor files.
 ENCODED_TABLES = (
@@ -63,21 +65,28 @@ ENCODED_TABLES = (
 )
 
 
+@dataclass(frozen=True)
+class GroupSettings:
+    """How every group of one ingest is stored and analysed (sent to each worker with its batch): the store's
+    root, the largest file read (`--max-file-size`), the analysis options, and `full_check` (`--rehash`: a stored
+    blob is decompressed and compared before it is reused)."""
+
+    store_root: str
+    max_bytes: int
+    options: AnalysisOptions
+    full_check: bool = False
+
+
 def _store_group(
-    store_root: str,
-    cache_key: str | None,
-    files: list[WalkedFile],
-    max_bytes: int,
-    analyze: bool,
-    known: frozenset[str],
-    jobs: list[tuple[GroupResult, FolderJob]],
-    full_check: bool = False,
+    settings: GroupSettings, group: Group, known: frozenset[str], jobs: list[tuple[GroupResult, FolderJob]]
 ) -> GroupResult:
     """Runs in a worker: hash a folder's files; unless the catalog knows the folder, store it, and
-    (when ANALYZE) append its analysis job to JOBS. Every file read is put, a known folder's too: a put
-    checks the blob it would reuse and replaces a damaged one (kdb/store/blobs.py: Repair; FULL_CHECK,
+    (when it is a kernel folder) append its analysis job to JOBS. Every file read is put, a known folder's too: a
+    put checks the blob it would reuse and replaces a damaged one (kdb/store/blobs.py: Repair; `full_check`,
     `--rehash`: the stored bytes decompressed and compared), which costs no compression otherwise."""
-    store = BlobStore(Path(store_root))
+    cache_key, files, analyze = group
+    max_bytes, full_check = settings.max_bytes, settings.full_check
+    store = BlobStore(Path(settings.store_root))
     out = GroupResult(cache_key)
     read: list[tuple[WalkedFile, bytes | None, str]] = []
     for f in files:
@@ -128,7 +137,6 @@ def _store_group(
     return out
 
 
-Group = tuple[str | None, list[WalkedFile], bool]  # folder (cache key), its files, whether it is a kernel folder
 # path -> (size, mtime_ns, inode, blob hash, stored size) of the files the last ingest of the directory read
 FileStats = dict[str, tuple[int, int, int, str, int]]
 
@@ -170,20 +178,12 @@ def reuse_unchanged(
     return reused, remaining
 
 
-def _store_groups(
-    store_root: str,
-    batch: list[tuple[Group, frozenset[str]]],
-    max_bytes: int,
-    options: AnalysisOptions,
-    full_check: bool = False,
-) -> list[GroupResult]:
+def _store_groups(settings: GroupSettings, batch: list[tuple[Group, frozenset[str]]]) -> list[GroupResult]:
     """Runs in a worker: store a batch of folders, then analyse the new kernel folders together."""
     jobs: list[tuple[GroupResult, FolderJob]] = []
-    results = [
-        _store_group(store_root, key, files, max_bytes, analyze, known, jobs, full_check)
-        for (key, files, analyze), known in batch
-    ]
-    for (out, _), analysis in zip(jobs, analyze_folders([job for _, job in jobs], options), strict=True):
+    results = [_store_group(settings, group, known, jobs) for group, known in batch]
+    analyses = analyze_folders([job for _, job in jobs], settings.options)
+    for (out, _), analysis in zip(jobs, analyses, strict=True):
         analysis.rows = compact_rows(analysis.rows)  # as the catalog stores them: fewer rows to pickle and stage
         out.analysis = analysis
         _encode(out, analysis.rows)
@@ -300,20 +300,14 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def run_groups(
-    store_root: Path,
-    groups: list[Group],
-    max_bytes: int,
-    workers: int,
-    known: dict[str, frozenset[str]],
-    options: AnalysisOptions,
-    full_check: bool = False,
+    groups: list[Group], known: dict[str, frozenset[str]], settings: GroupSettings, workers: int
 ) -> Iterator[GroupResult]:
-    """Store and analyse the groups (FULL_CHECK: a stored blob is decompressed and compared before it is
-    reused, `kdb ingest --rehash`), in worker processes when there are enough files."""
+    """Store and analyse the groups as `settings` say, in worker processes when there are enough files."""
     total_files = sum(len(g[1]) for g in groups)
+    sass = settings.options.sass
     if workers <= 1 or total_files < POOL_MIN_FILES:
-        for batch in batches(groups, known, workers, options.sass):
-            yield from _store_groups(str(store_root), batch, max_bytes, options, full_check)
+        for batch in batches(groups, known, workers, sass):
+            yield from _store_groups(settings, batch)
         return
     # A bounded window of tasks in flight, results handed on and dropped in order: memory stays flat
     # however many folders the cache holds (a list of all futures would keep every result alive).
@@ -328,8 +322,8 @@ def run_groups(
         initargs=(os.getpid(),),
     ) as pool:
         pending: deque[Future[list[GroupResult]]] = deque()
-        for batch in batches(groups, known, workers, options.sass):
-            pending.append(pool.submit(_store_groups, str(store_root), batch, max_bytes, options, full_check))
+        for batch in batches(groups, known, workers, sass):
+            pending.append(pool.submit(_store_groups, settings, batch))
             if len(pending) >= window:
                 yield from pending.popleft().result()
         while pending:

@@ -8,22 +8,28 @@ launches find no kernel of the snapshot (a run of another cache) stops the impor
 store and catalog stay as they were. Blobs are written first, the catalog last (as an ingest).
 
 A profile is identified by its JSON (the file decompressed): importing a run's trace plain and then gzipped replaces
-the first import's rows instead of counting the run twice."""
+the first import's rows instead of counting the run twice.
+
+The snapshot's stored profiles (`kdb profile rm`, `kdb cat`): kdb/profile/stored.py; their relinking by `kdb ingest
+--replace`: kdb/profile/relink.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kdb.errors import InputError, KdbError, ParseError, TagError, UsageError
+from kdb.errors import InputError, KdbError, ParseError, TagError
 from kdb.profile.formats import MAX_PROFILE_BYTES, Device, Launches, Profile, parse_profile
 from kdb.profile.link import NO_FIT, NO_KERNEL, NOT_TRITON, Folder, Link, inductor_grid, link_launches
+
+# where `kdb profile rm` and `kdb cat` have always found them
+from kdb.profile.stored import remove_profile as remove_profile
+from kdb.profile.stored import stored_profile as stored_profile
 from kdb.store.blobs import hash_bytes
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
@@ -107,12 +113,12 @@ def import_profiles(
         by_content: dict[str, list[dict[str, Any]]] = {}
         for row in before:
             by_content.setdefault(row["content_hash"] or legacy.get(row["profile_hash"], ""), []).append(row)
-        folders = _folders(home, rows)
+        folders = folders_by_kernel(home, rows)
         now = datetime.now(UTC).replace(tzinfo=None)
         files, times, unlinked, summaries, replaced = [], [], [], [], []
         for read in parsed:
             digest = hash_bytes(read.data)
-            summary, linked, missed = _link_file(read.profile, folders, digest)
+            summary, linked, missed = link_file(read.profile, folders, digest)
             earlier = by_content.get(read.profile.content_hash, [])
             summary.name, summary.replaced, summary.profile_hash = read.path.name, bool(earlier), digest
             summary.same_as = read.same_as
@@ -270,7 +276,7 @@ def _legacy_content_hashes(home: Home, rows: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
-def _folders(home: Home, rows: list[dict[str, Any]]) -> dict[str, list[Folder]]:
+def folders_by_kernel(home: Home, rows: list[dict[str, Any]]) -> dict[str, list[Folder]]:
     """The linker's view of each candidate folder, by kernel name. The grid Inductor launches a folder with is
     worked out only where several folders share a name (it reads the generated module's source)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
@@ -306,7 +312,7 @@ def _folders(home: Home, rows: list[dict[str, Any]]) -> dict[str, list[Folder]]:
     return out
 
 
-def _link_file(
+def link_file(
     profile: Profile, folders: dict[str, list[Folder]], digest: str
 ) -> tuple[FileSummary, list[dict[str, Any]], list[dict[str, Any]]]:
     summary = FileSummary("", profile.format, profile.launch_count, profile.total_ns)
@@ -371,122 +377,3 @@ def _add_missed(
     counts = summary.unlinked.setdefault(link.reason, [0, 0])
     counts[0] += launch.count
     counts[1] += launch.total_ns
-
-
-# -- one stored profile: `kdb profile rm`, `kdb cat` ----------------------------------------------------------
-
-
-def _one_profile(catalog: Catalog, tag: str, key: str) -> dict[str, Any] | None:
-    """The profile of the snapshot that `key` (a file name, or the sha256 of the file or of its JSON, or a prefix
-    of 8+ hex digits) names; None when none does; UsageError when several do."""
-    found = catalog.find_profiles(tag, key)
-    if len(found) > 1:
-        listed = ", ".join(f"{r['name']} {r['profile_hash'][:12]}" for r in found[:5])
-        raise UsageError(
-            f"{len(found)} profiles of snapshot {tag!r} match {key!r} ({listed}): name one by its sha256 "
-            "(SELECT name, profile_hash FROM profile_files …)"
-        )
-    return found[0] if found else None
-
-
-def remove_profile(home: Home, tag: str, key: str, lock_wait_s: float) -> dict[str, Any]:
-    """Forget one profile file of a snapshot (its rows; its blob stays until `kdb gc`); return its row."""
-    if not home.has_catalog():
-        raise TagError(f"no snapshot tagged {tag!r}: the home {home.describe()} has no snapshot yet")
-    with home.writer(lock_wait_s), Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-        row = _one_profile(catalog, tag, key)
-        if row is None:
-            raise UsageError(f"no profile {key!r} in snapshot {tag!r} (a file name or sha256 it was imported with)")
-        catalog.remove_profile(tag, row["profile_hash"])
-    return row
-
-
-def stored_profile(home: Home, tag: str, key: str, lock_wait_s: float) -> bytes | None:
-    """`kdb cat TAG KEY`: None when KEY is the path of a file of the snapshot (read as such), else the bytes of the
-    profile file KEY names, as imported (verified against their hash); UsageError when it names neither."""
-    if not home.has_catalog():
-        return None
-    with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-        if catalog.snapshot_file(tag, key) is not None:
-            return None
-        row = _one_profile(catalog, tag, key)
-    if row is None:
-        raise UsageError(f"no file or profile {key!r} in snapshot {tag!r}")
-    return home.store.get(row["profile_hash"], row["size"])
-
-
-# -- `kdb ingest --replace`: the snapshot's profiles carried over and relinked ---------------------------------
-
-
-@dataclass
-class ProfileRelink:
-    """Given to the catalog writer by `kdb ingest --replace`: called inside the replacing transaction with the old
-    snapshot's id (before its rows go), it reads that snapshot's profile files back from the store; the function it
-    returns is called with the new snapshot's id once its kernels are recorded, and links each profile again to
-    them, in the same transaction. A profile whose stored file cannot be read back, or whose device runs none of
-    the new snapshot's targets, is dropped and named (`dropped`); the others are kept (`kept`: their summaries).
-    On a shared catalog the transaction may run again: each call starts afresh. Profiles are read back before the
-    old rows go and relinked after the new ones are in, so a profile another process imported meanwhile is kept
-    too, and nothing ever leaves their blobs unreferenced (a `kdb gc` could delete them)."""
-
-    home: Home
-    tag: str
-    catalog: Catalog | None = None  # the writer's: set by `bound`
-    kept: list[FileSummary] = field(default_factory=list)
-    dropped: list[dict[str, Any]] = field(default_factory=list)
-
-    def bound(self, catalog: Catalog) -> ProfileRelink:
-        self.catalog = catalog
-        return self
-
-    def __call__(self, old_sid: int) -> Callable[[int], None]:
-        assert self.catalog is not None
-        self.kept, self.dropped = [], []
-        stored = []
-        for row in self.catalog.profile_files_by_id(old_sid):
-            try:
-                profile = parse_profile(self.home.store.get(row["profile_hash"], row["size"]))
-            except KdbError as exc:
-                self._drop(row, f"its stored file cannot be read back: {exc}")
-                continue
-            stored.append((row, profile))
-        return lambda sid: self._relink(sid, stored)
-
-    def _relink(self, sid: int, stored: list[tuple[dict[str, Any], Profile]]) -> None:
-        assert self.catalog is not None
-        if not stored:
-            return
-        targets = self.catalog.snapshot_targets(self.tag)
-        names = sorted({launch.name for _, profile in stored for launch in profile.launches})
-        folders = _folders(self.home, self.catalog.profile_folders(self.tag, names))
-        files, times, unlinked = [], [], []
-        for row, profile in stored:
-            foreign = foreign_device(profile, targets)
-            if foreign is not None:
-                self._drop(
-                    row,
-                    f"recorded on {foreign.describe()}, but the snapshot now holds kernels for "
-                    f"{describe_targets(targets)} only",
-                )
-                continue
-            summary, linked, missed = _link_file(profile, folders, row["profile_hash"])
-            summary.name, summary.profile_hash, summary.targets = row["name"], row["profile_hash"], targets
-            summary.mostly_unlinked = bool(
-                summary.triton_launches and summary.no_kernel_launches > MAX_NO_KERNEL_SHARE * summary.triton_launches
-            )
-            self.kept.append(summary)
-            files.append(
-                {
-                    **{k: row[k] for k in ("profile_hash", "name", "format", "gzipped", "size", "imported_at")},
-                    "launches": profile.launch_count,
-                    "total_ns": profile.total_ns,
-                    "content_hash": profile.content_hash,
-                    "device": describe_devices(profile.devices),
-                }
-            )
-            times += linked
-            unlinked += missed
-        self.catalog.insert_profile_rows(sid, files, times, unlinked)
-
-    def _drop(self, row: dict[str, Any], reason: str) -> None:
-        self.dropped.append({"name": row["name"], "profile_hash": row["profile_hash"], "reason": reason})

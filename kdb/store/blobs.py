@@ -13,11 +13,12 @@ less the umask, as Triton creates its cache files (0644 under umask 022): every 
 reads every blob.
 
 Repair: a put of bytes whose blob is stored already checks the stored file first (the frame check;
-`full_check`: decompressed and compared), and replaces a damaged one: kdb/store/repair.py, a base of BlobStore.
+`full_check`: decompressed and compared), and replaces a damaged one: kdb/store/repair.py, BlobStore.repair.
 
 Dictionaries: one file compressed alone misses what `tar | zstd` finds between files (every kernel's
 JSON, LLIR or asm repeats the same headers and idioms). A zstd dictionary trained per file kind
-(kdb/store/dictionaries.py) is itself a blob, compressed without one; the store's index
+(kdb/store/dictionaries.py) is itself a blob, compressed without one; the store's index (BlobStore.dictionaries,
+kdb/store/dictionary_index.py)
 ``objects/dictionaries/KIND-ID-SIZE-HASH`` (empty files, created atomically, never changed) maps the
 dictionary id each frame header carries to that blob. A blob's digest still names its raw bytes, so
 every check re-hashes through the dictionary: a damaged dictionary shows as damaged blobs. Dictionaries
@@ -26,35 +27,31 @@ are kept for the life of the store (a few per kind, at most 112 KB each): gc nev
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import zstandard
 
 from kdb.errors import CollectedMeanwhile, IntegrityError
-from kdb.store.files import CHUNK, create_temp
+from kdb.store.dictionary_index import DICTIONARY_DIR, DictionaryIndex
+from kdb.store.files import CHUNK, create_temp, refresh_mtime
+from kdb.store.files import COMPRESSION_LEVEL as COMPRESSION_LEVEL
+from kdb.store.files import HASH_HEX_LEN as HASH_HEX_LEN
 from kdb.store.files import TEMP_PREFIX as TEMP_PREFIX
 from kdb.store.files import create_file as create_file
+from kdb.store.files import is_blob_name as is_blob_name
 from kdb.store.repair import MISSING, BlobRepair, TempFailedCheck
 
 HASH_NAME = "sha256"
-HASH_HEX_LEN = 64
-# Blobs are compressed one by one, without the cross-file context `tar | zstd -3` enjoys. Measured on
-# a 300-kernel cache (bench/): level 3 gave 14.3 MB against the archive's 12.5 MB, level 9 12.0 MB for
-# 1.2 s of CPU instead of 0.2 s, a few percent of an ingest dominated by parsing.
-COMPRESSION_LEVEL = 9
 # Files above this are hashed and compressed in streaming passes (kdb/store/files.py: CHUNK) instead of being
 # held in memory.
 STREAM_THRESHOLD = 64 * 1024 * 1024
 # Orphan blobs have no catalog size to cap decompression; none of a Triton cache's files comes close.
 ORPHAN_MAX_BYTES = 1 << 30
-# Inside the store root but never a shard (shards are named by two hex digits).
-DICTIONARY_DIR = "dictionaries"
 
 
 def _load_syncfs() -> Any:
@@ -68,21 +65,10 @@ def _load_syncfs() -> Any:
 
 
 _syncfs = _load_syncfs()
-# The zstd contexts built on dictionaries, per store root and dictionary hash ("" for none): a worker
-# builds a BlobStore per folder, and preparing a 112 KB dictionary costs more than compressing a small
-# file. The index is cached per root with its directory's inode and mtime, so a store removed and made
-# again at the same path (tests, benchmarks) never sees the old one's dictionaries.
-_COMPRESSORS: dict[tuple[Path, str], zstandard.ZstdCompressor] = {}
-_DECOMPRESSORS: dict[tuple[Path, str], zstandard.ZstdDecompressor] = {}
-_INDEX: dict[Path, tuple[tuple[int, int] | None, list[Dictionary]]] = {}
 
 
 def hash_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def is_blob_name(name: str) -> bool:
-    return len(name) == HASH_HEX_LEN and all(c in "0123456789abcdef" for c in name)
 
 
 @dataclass(frozen=True)
@@ -101,170 +87,18 @@ class BlobCheck:
 
 
 @dataclass(frozen=True)
-class Dictionary:
-    """One entry of the store's dictionary index: the files of KIND compressed with dictionary DICT_ID,
-    whose bytes are the blob DIGEST of SIZE bytes."""
-
-    kind: str
-    dict_id: int
-    size: int
-    digest: str
-
-    @property
-    def entry_name(self) -> str:
-        return f"{self.kind}-{self.dict_id:08x}-{self.size}-{self.digest}"
-
-    @classmethod
-    def parse(cls, name: str) -> Dictionary | None:
-        parts = name.rsplit("-", 3)
-        if len(parts) != 4 or not is_blob_name(parts[3]) or not parts[0]:
-            return None
-        try:
-            return cls(parts[0], int(parts[1], 16), int(parts[2]), parts[3])
-        except ValueError:
-            return None
-
-
-class DictionaryIndex:
-    """The store's dictionaries (module docstring): its index, and the zstd contexts built on them.
-    A base of BlobStore, whose reading and writing it uses."""
+class BlobStore:
+    """The store under `root`; equal (and hashing equal) to any other BlobStore of the same root. Its parts:
+    `dictionaries` (the index and the zstd contexts, kdb/store/dictionary_index.py) and `repair` (the check of a
+    blob a put would reuse, and the replacement of a damaged one, kdb/store/repair.py)."""
 
     root: Path
+    dictionaries: DictionaryIndex = field(init=False, repr=False, compare=False)
+    repair: BlobRepair = field(init=False, repr=False, compare=False)
 
-    if TYPE_CHECKING:
-
-        def put_bytes(
-            self, data: bytes, digest: str | None = None, kind: str | None = None, *, full_check: bool = False
-        ) -> PutResult: ...
-        def put_compressed(self, digest: str, size: int, payload: bytes) -> bool: ...
-        def read_compressed(self, digest: str) -> bytes: ...
-        def _read(self, digest: str, size: int, *, plain: bool) -> bytes: ...
-
-    @property
-    def dictionary_dir(self) -> Path:
-        return self.root / DICTIONARY_DIR
-
-    def dictionaries(self, *, reload: bool = False) -> list[Dictionary]:
-        """The index, sorted by kind and id (cached per process while its directory is unchanged)."""
-        try:
-            st = os.stat(self.dictionary_dir)
-            signature: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
-        except FileNotFoundError:
-            signature = None
-        cached = _INDEX.get(self.root)
-        if reload or cached is None or cached[0] != signature:
-            names = os.listdir(self.dictionary_dir) if signature is not None else []
-            entries = sorted(
-                (d for d in map(Dictionary.parse, names) if d is not None), key=lambda d: (d.kind, d.dict_id)
-            )
-            cached = _INDEX[self.root] = (signature, entries)
-        return cached[1]
-
-    def dictionary_hashes(self) -> set[str]:
-        """The blobs that hold dictionaries: kept by gc although no catalog row names them."""
-        return {d.digest for d in self.dictionaries(reload=True)}
-
-    def dictionary_for(self, kind: str) -> Dictionary | None:
-        """The dictionary new blobs of KIND are compressed with: the lowest id of that kind (two writers
-        that trained one each at once both stay valid; later writers all pick the same one)."""
-        return next((d for d in self.dictionaries() if d.kind == kind), None)
-
-    def add_dictionary(self, kind: str, data: bytes) -> Dictionary:
-        """Store a trained dictionary (a plain blob) and then its index entry, so an entry always names a
-        stored dictionary; a kill between the two leaves only an unreferenced blob for gc."""
-        dict_id = zstandard.ZstdCompressionDict(data).dict_id()
-        put = self.put_bytes(data)
-        entry = Dictionary(kind, dict_id, put.size, put.digest)
-        self.dictionary_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(self.dictionary_dir / entry.entry_name, "x"):
-                pass
-        except FileExistsError:
-            pass
-        self.dictionaries(reload=True)
-        return entry
-
-    def dictionary_bytes(self, entry: Dictionary) -> bytes:
-        """The dictionary's bytes, checked against its hash and against the id its entry claims."""
-        data = self._read(entry.digest, entry.size, plain=True)
-        actual = zstandard.ZstdCompressionDict(data).dict_id()
-        if actual != entry.dict_id:
-            raise IntegrityError(f"dictionary {entry.entry_name} holds dictionary id {actual}, not {entry.dict_id}")
-        return data
-
-    def _holds_dictionary(self, dict_id: int) -> bool:
-        """Whether the store's index names dictionary DICT_ID (the index this process read first: the
-        frame check runs on every put, and dictionaries are never removed)."""
-        cached = _INDEX.get(self.root)
-        if cached is not None and any(d.dict_id == dict_id for d in cached[1]):
-            return True
-        return any(d.dict_id == dict_id for d in self.dictionaries(reload=True))
-
-    def _dictionary(self, dict_id: int) -> Dictionary:
-        for reload in (False, True):  # another process may have added it since the index was read
-            entry = next((d for d in self.dictionaries(reload=reload) if d.dict_id == dict_id), None)
-            if entry is not None:
-                return entry
-        raise IntegrityError(f"dictionary {dict_id} is missing from the store")
-
-    def _compressor(self, kind: str | None) -> zstandard.ZstdCompressor:
-        entry = self.dictionary_for(kind) if kind else None
-        key = (self.root, entry.digest if entry else "")
-        if key not in _COMPRESSORS:
-            zdict = None
-            if entry is not None:
-                zdict = zstandard.ZstdCompressionDict(self.dictionary_bytes(entry))
-                zdict.precompute_compress(level=COMPRESSION_LEVEL)
-            _COMPRESSORS[key] = zstandard.ZstdCompressor(
-                level=COMPRESSION_LEVEL, dict_data=zdict, write_checksum=True, write_content_size=True
-            )
-        return _COMPRESSORS[key]
-
-    def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
-        entry = self._dictionary(dict_id) if dict_id else None
-        key = (self.root, entry.digest if entry else "")
-        if key not in _DECOMPRESSORS:
-            if entry is None:
-                _DECOMPRESSORS[key] = zstandard.ZstdDecompressor()
-            else:
-                zdict = zstandard.ZstdCompressionDict(self.dictionary_bytes(entry))
-                _DECOMPRESSORS[key] = zstandard.ZstdDecompressor(dict_data=zdict)
-        return _DECOMPRESSORS[key]
-
-    def adopt_dictionaries(self, source: DictionaryIndex) -> set[int]:
-        """Copy the dictionaries of SOURCE this store lacks (as blobs, checked, then their entries);
-        return the ids this store uses for another dictionary (frames of SOURCE made with those must be
-        recompressed, not copied)."""
-        mine = {d.dict_id: d.digest for d in self.dictionaries(reload=True)}
-        clashing = set()
-        for entry in source.dictionaries(reload=True):
-            if entry.dict_id in mine:
-                if mine[entry.dict_id] != entry.digest:
-                    clashing.add(entry.dict_id)
-                continue
-            self.put_compressed(entry.digest, entry.size, source.read_compressed(entry.digest))
-            self.dictionary_bytes(entry)  # the id it claims is the id it has
-            self.dictionary_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.dictionary_dir / entry.entry_name, "a"):
-                pass
-            mine[entry.dict_id] = entry.digest
-        self.dictionaries(reload=True)
-        return clashing
-
-    @staticmethod
-    def dict_id_of(payload: bytes) -> int:
-        """The dictionary a stored frame needs (0: none), from its header."""
-        try:
-            return zstandard.get_frame_parameters(payload).dict_id
-        except zstandard.ZstdError:
-            return 0
-
-
-@dataclass(frozen=True)
-class BlobStore(DictionaryIndex, BlobRepair):
-    """The store under `root`; equal (and hashing equal) to any other BlobStore of the same root."""
-
-    root: Path
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dictionaries", DictionaryIndex(self))
+        object.__setattr__(self, "repair", BlobRepair(self, self.dictionaries))
 
     def path_for(self, digest: str) -> Path:
         return self.root / digest[:2] / digest[2:]
@@ -287,15 +121,15 @@ class BlobStore(DictionaryIndex, BlobRepair):
         else replaced (kdb/store/repair.py)."""
         digest = digest or hash_bytes(data)
         final = self.path_for(digest)
-        problem, stored = self._inspect(final, len(data), data if full_check else None, touch=True)
+        problem, stored = self.repair.inspect(final, len(data), data if full_check else None, touch=True)
         if problem is None:
             return PutResult(digest, len(data), stored, new=False)
-        payload = self._compressor(kind).compress(data)
+        payload = self.dictionaries.compressor(kind).compress(data)
         write = lambda fh: fh.write(payload)  # noqa: E731
         if problem == MISSING:
             new = self._install(final, write)
             return PutResult(digest, len(data), len(payload) if new else final.stat().st_size, new=new)
-        self._replace(final, digest, len(data), write, problem)
+        self.repair.replace(final, digest, len(data), write, problem)
         return PutResult(digest, len(data), len(payload), new=False, repaired=True)
 
     def put_file(self, path: Path, size: int, *, full_check: bool = False) -> PutResult:
@@ -306,11 +140,11 @@ class BlobStore(DictionaryIndex, BlobRepair):
                 digest_obj.update(chunk)
         digest = digest_obj.hexdigest()
         final = self.path_for(digest)
-        problem, stored = self._inspect(final, size, None)
+        problem, stored = self.repair.inspect(final, size, None)
         if problem is None and full_check:
-            problem = self._stream_problem(final, digest, size)
+            problem = self.repair.stream_problem(final, digest, size)
         if problem is None:
-            self._touch(final)
+            refresh_mtime(final)
             return PutResult(digest, size, stored, new=False)
 
         def write(out) -> None:
@@ -325,7 +159,7 @@ class BlobStore(DictionaryIndex, BlobRepair):
             if problem == MISSING:
                 new = self._install(final, write, check=(digest, size))
             else:
-                self._replace(final, digest, size, write, problem)
+                self.repair.replace(final, digest, size, write, problem)
                 new = False
         except TempFailedCheck:
             raise IntegrityError(f"{path.name} changed while it was being stored") from None
@@ -337,16 +171,16 @@ class BlobStore(DictionaryIndex, BlobRepair):
         (intact by the frame check; a damaged one is replaced). A frame made with a dictionary needs that
         dictionary here first (adopt_dictionaries)."""
         final = self.path_for(digest)
-        problem, _ = self._inspect(final, size, None, touch=True)
+        problem, _ = self.repair.inspect(final, size, None, touch=True)
         if problem is None:
             return False
-        data = self._decompress(digest, payload, size)
+        data = self.decompress(digest, payload, size)
         if len(data) != size or hash_bytes(data) != digest:
             raise IntegrityError(f"blob {digest} is corrupted (content does not match its hash)")
         write = lambda fh: fh.write(payload)  # noqa: E731
         if problem == MISSING:
             return self._install(final, write)
-        self._replace(final, digest, size, write, problem)
+        self.repair.replace(final, digest, size, write, problem)
         return True
 
     def read_compressed(self, digest: str) -> bytes:
@@ -355,15 +189,6 @@ class BlobStore(DictionaryIndex, BlobRepair):
             return self.path_for(digest).read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob {digest} is missing from the store") from None
-
-    @staticmethod
-    def _touch(final: Path | int) -> None:
-        """Refresh a reused blob's mtime (FINAL: its path or an open descriptor), which keeps a shared
-        home's gc (kdb/store/maintenance.py: grace period) from deleting it before the ingest that reuses it
-        commits."""
-        # gone meanwhile (the commit's refresh catches that), or a store this process may not write to
-        with contextlib.suppress(OSError):
-            os.utime(final)
 
     def refresh(self, digests: list[str]) -> None:
         """Touch these blobs, which a commit is about to name for the first time (shared home); raise
@@ -385,7 +210,7 @@ class BlobStore(DictionaryIndex, BlobRepair):
             with os.fdopen(fd, "wb") as fh:
                 write(fh)
             if check is not None:
-                self._check_temp(tmp, *check)
+                self.repair.check_temp(tmp, *check)
             try:
                 os.link(tmp, final)
                 return True
@@ -412,6 +237,10 @@ class BlobStore(DictionaryIndex, BlobRepair):
         """Return the blob's bytes, refusing anything that does not hash to its name."""
         return self._read(digest, size, plain=False)
 
+    def get_plain(self, digest: str, size: int) -> bytes:
+        """get() of a blob stored without a dictionary, as dictionaries themselves are."""
+        return self._read(digest, size, plain=True)
+
     def _read(self, digest: str, size: int, *, plain: bool) -> bytes:
         """get(); PLAIN: the frame must be one made without a dictionary, as dictionaries themselves are."""
         path = self.path_for(digest)
@@ -419,12 +248,12 @@ class BlobStore(DictionaryIndex, BlobRepair):
             payload = path.read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob {digest} is missing from the store") from None
-        data = self._decompress(digest, payload, size, plain=plain)
+        data = self.decompress(digest, payload, size, plain=plain)
         if len(data) != size or hash_bytes(data) != digest:
             raise IntegrityError(f"blob {digest} is corrupted (content does not match its hash)")
         return data
 
-    def _decompress(self, digest: str, payload: bytes, size: int, *, plain: bool = False) -> bytes:
+    def decompress(self, digest: str, payload: bytes, size: int, *, plain: bool = False) -> bytes:
         try:
             # A damaged frame header could claim any size; never allocate more than the catalog's
             # record of the file (streams without a recorded size are capped the same way).
@@ -439,7 +268,7 @@ class BlobStore(DictionaryIndex, BlobRepair):
                     f"blob {digest} is corrupted (a dictionary's frame names dictionary {frame.dict_id})"
                 )
             try:
-                decompressor = self._decompressor(frame.dict_id)
+                decompressor = self.dictionaries.decompressor(frame.dict_id)
             except IntegrityError as exc:
                 raise IntegrityError(f"blob {digest} cannot be read: {exc}") from None
             return decompressor.decompress(payload, max_output_size=size + 1)
@@ -474,7 +303,7 @@ class BlobStore(DictionaryIndex, BlobRepair):
         if claimed == zstandard.CONTENTSIZE_UNKNOWN or claimed > ORPHAN_MAX_BYTES:
             return f"blob {name} is corrupted (bad frame header)"
         try:  # no catalog size to cap it: the frame's own claim, bounded above
-            data = self._decompress(name, payload, claimed)
+            data = self.decompress(name, payload, claimed)
         except IntegrityError as exc:
             return str(exc)
         actual = hash_bytes(data)

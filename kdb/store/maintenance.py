@@ -14,10 +14,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kdb.errors import IntegrityError, UsageError
-from kdb.store.blobs import TEMP_PREFIX, BlobStore, Dictionary, create_file, is_blob_name
+from kdb.store.blobs import TEMP_PREFIX, BlobStore, create_file, is_blob_name
 from kdb.store.catalog import Catalog
+from kdb.store.dictionary_index import Dictionary
 from kdb.store.home import Home
-from kdb.store.spool import Recorded, SpoolCheck, SpoolGc, capture_root, check_spool, collect_spool, index_entries
+from kdb.store.spool import capture_root
+from kdb.store.spool_index import index_entries
+from kdb.store.spool_upkeep import Recorded, SpoolCheck, SpoolGc, check_spool, collect_spool
 
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
@@ -65,7 +68,7 @@ def collect_garbage(
         catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
             catalog.drop_unreferenced()
-            keep = catalog.all_blob_hashes() | home.store.dictionary_hashes()
+            keep = catalog.all_blob_hashes() | home.store.dictionaries.hashes()
             free, total = catalog.space()
             copied = compact or free >= COMPACT_FREE_SHARE * total
             if copied:
@@ -73,14 +76,7 @@ def collect_garbage(
         compacted = copied and _replace_catalog(home)
         catalog_after = home.catalog_path.stat().st_size
         store = home.store
-        deleted = freed = temps = 0
-        for name, path in store.iter_blobs():
-            if path.name.startswith(TEMP_PREFIX):
-                freed += store.remove(path)
-                temps += 1
-            elif name not in keep:
-                freed += store.remove(path)
-                deleted += 1
+        deleted, freed, temps = _sweep_store(store, keep, None)
         # the staging database of a killed ingest, the catalog copy of a killed gc (no other writer
         # runs: we hold the write lock)
         for path in home.scratch_files():
@@ -111,23 +107,9 @@ def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
     transaction; then the old Parquet files DuckLake no longer needs (also after the grace period)."""
     with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
         catalog.drop_unreferenced()
-        keep = catalog.all_blob_hashes() | home.store.dictionary_hashes()
+        keep = catalog.all_blob_hashes() | home.store.dictionaries.hashes()
         catalog.compact_lake(grace_s)
-    cutoff = time.time() - grace_s
-    store = home.store
-    deleted = freed = temps = 0
-    for name, path in store.iter_blobs():
-        try:
-            if path.stat().st_mtime > cutoff:
-                continue  # written or touched by an ingest that may not have committed yet
-        except FileNotFoundError:
-            continue
-        if path.name.startswith(TEMP_PREFIX):
-            freed += store.remove(path)
-            temps += 1
-        elif name not in keep:
-            freed += store.remove(path)
-            deleted += 1
+    deleted, freed, temps = _sweep_store(home.store, keep, time.time() - grace_s)
     capture = collect_capture(home, keep, grace_s)  # kdb/capture: dead writers' folders, stale index entries
     return GcResult(
         deleted,
@@ -136,6 +118,26 @@ def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
         capture_folders_removed=len(capture.died_folders),
         capture_index_removed=capture.index_entries,
     )
+
+
+def _sweep_store(store: BlobStore, keep: set[str], cutoff: float | None) -> tuple[int, int, int]:
+    """Delete the store's blobs not in KEEP and its leftover temporaries; CUTOFF (a shared home): only files
+    written or touched before it. Return (blobs deleted, bytes freed, temporaries deleted)."""
+    deleted = freed = temps = 0
+    for name, path in store.iter_blobs():
+        if cutoff is not None:
+            try:
+                if path.stat().st_mtime > cutoff:
+                    continue  # written or touched by an ingest that may not have committed yet
+            except FileNotFoundError:
+                continue
+        if path.name.startswith(TEMP_PREFIX):
+            freed += store.remove(path)
+            temps += 1
+        elif name not in keep:
+            freed += store.remove(path)
+            deleted += 1
+    return deleted, freed, temps
 
 
 def _replace_catalog(home: Home) -> bool:
@@ -230,16 +232,16 @@ def _used_by(ref: dict) -> str:
 def _verify_dictionaries(store: BlobStore, report: VerifyReport) -> set[str]:
     """Check every entry of the store's dictionary index (its blob intact, its id the one it claims);
     return the dictionaries' hashes (blobs that no catalog row names but that are not garbage)."""
-    if store.dictionary_dir.exists():
-        for path in sorted(store.dictionary_dir.iterdir()):
+    if store.dictionaries.directory.exists():
+        for path in sorted(store.dictionaries.directory.iterdir()):
             if Dictionary.parse(path.name) is None:
                 report.problems.append(f"unexpected file in the store: {path}")
     hashes = set()
-    for entry in store.dictionaries(reload=True):
+    for entry in store.dictionaries.entries(reload=True):
         hashes.add(entry.digest)
         report.blobs_checked += 1
         try:
-            store.dictionary_bytes(entry)
+            store.dictionaries.read(entry)
         except IntegrityError as exc:
             report.problems.append(f"{exc} (dictionary for {entry.kind} files)")
     return hashes

@@ -19,7 +19,8 @@ Under the home's `capture/` (a shared home: `STORE/capture/`, so that any node c
     tmp/                       temporaries of the renames above (same file system)
 
 Nothing here reads the catalog or decompresses a blob: kdb/capture/cache.py does, through kdb.store (`kdb gc`
-and `kdb verify` pass what they need of the catalog in).
+and `kdb verify` pass what they need of the catalog in: kdb/store/spool_upkeep.py). The names it accepts:
+kdb/store/spool_names.py; the index entries: kdb/store/spool_index.py.
 """
 
 from __future__ import annotations
@@ -28,44 +29,21 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
-import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kdb.errors import IntegrityError, UsageError
-from kdb.store.folders import folder_digest
-from kdb.store.tags import check_tag as check_any_tag
+from kdb.store.lock import is_held, pid_of, remove_unheld, same_file
+from kdb.store.spool_index import read_index_entry
+from kdb.store.spool_names import GROUP_PREFIX as GROUP_PREFIX
+from kdb.store.spool_names import check_name, folder_names, is_whole
+from kdb.store.spool_names import check_tag as check_tag
+from kdb.store.spool_names import is_kernel_file as is_kernel_file
 
 if TYPE_CHECKING:
     from kdb.store.home import Home
-
-# Triton's folder names: the key's base32 (3.3+), base64 (3.2) or hex (≤3.1) digest; file names: the
-# kernel's name with a suffix, `__grp__NAME.json`, `cuda_utils.so`. Nothing with a path separator.
-NAME_RE = re.compile(r"^[A-Za-z0-9_+=.-][A-Za-z0-9_+=.-]{0,254}$")
-GROUP_PREFIX = "__grp__"
-# Files of a compile's group: a folder holding one of these is a kernel folder, recorded once its group is
-# written. A folder of only other files (launcher modules `*.so`, `*.autotune.json`) is whole at each put.
-KERNEL_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".cubin", ".amdgcn", ".hsaco", ".source", ".json")
-
-
-def check_tag(tag: str) -> str:
-    """A capture tag names folders under spool/ and commit/: the one rule set of every tag (kdb/store/tags.py)."""
-    return check_any_tag(tag, "KDB_CAPTURE_TAG")
-
-
-def check_name(name: str, what: str = "file name") -> str:
-    if not NAME_RE.match(name) or name in (".", ".."):
-        raise UsageError(f"Triton asked for {what} {name!r}: not a cache file name kdb stores")
-    return name
-
-
-def is_kernel_file(name: str) -> bool:
-    return not name.endswith(".autotune.json") and name.endswith(KERNEL_SUFFIXES)
 
 
 class SpoolLayout:
@@ -165,7 +143,7 @@ class SpoolLayout:
             except FileNotFoundError:  # `kdb gc` removed the empty folder between mkdir and open
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)  # a gc probing it holds it for an instant: wait for that
-            if _same_file(fd, path):
+            if same_file(fd, path):
                 return fd, path
             os.close(fd)  # a gc took the file for a dead writer's between open and flock: take another
         raise OSError(f"cannot mark capture folder {key} as being written under {folder}")
@@ -187,14 +165,14 @@ class SpoolLayout:
         if not self.spool.is_dir():
             return alive, died
         for folder in sorted(self.spool.iterdir()):
-            names = _names(folder)
+            names = folder_names(folder)
             if not names or is_whole(names):
                 continue
             held, dead = self._writers(folder.name)
             if held:
                 alive.append(folder.name)
             else:
-                died[folder.name] = sorted({pid for p in dead if (pid := _pid_of(p)) is not None})
+                died[folder.name] = sorted({pid for p in dead if (pid := pid_of(p)) is not None})
         return alive, died
 
     def _writers(self, key: str) -> tuple[list[Path], list[Path]]:
@@ -203,7 +181,7 @@ class SpoolLayout:
         dead: list[Path] = []
         folder = self.writing / key
         for path in sorted(folder.glob("*.lock")) if folder.is_dir() else []:
-            (held if _is_held(path) else dead).append(path)
+            (held if is_held(path) else dead).append(path)
         return held, dead
 
     def remove_died(self) -> list[str]:
@@ -239,7 +217,7 @@ class SpoolLayout:
             return 0
         for folder in sorted(self.writing.iterdir()):
             for path in sorted(folder.glob("*.lock")):
-                count += _remove_unheld(path)
+                count += remove_unheld(path)
             with contextlib.suppress(OSError):  # a writer's folder
                 folder.rmdir()
         return count
@@ -257,7 +235,7 @@ class SpoolLayout:
         if not self.spool.is_dir():
             return
         for folder in sorted(self.spool.iterdir()):
-            if is_whole(_names(folder)):
+            if is_whole(folder_names(folder)):
                 yield folder
 
     def waiting(self) -> set[str]:
@@ -299,271 +277,6 @@ class SpoolLayout:
                 continue
             keys |= {line.partition(" ")[0] for line in text.splitlines() if " " in line}
         return keys
-
-
-# -- folders and the locks of their writers ------------------------------------------------------------
-
-
-def _names(folder: Path) -> list[str]:
-    try:
-        return [p.name for p in folder.iterdir()]
-    except (NotADirectoryError, FileNotFoundError):
-        return []
-
-
-def is_whole(names: Iterable[str]) -> bool:
-    """A spooled folder is whole once Triton finished it: a kernel folder when its group file is there, a
-    folder of other files (launcher modules, autotune results) at once; an empty one never."""
-    names = list(names)
-    return bool(names) and (any(n.startswith(GROUP_PREFIX) for n in names) or not any(map(is_kernel_file, names)))
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        return os.stat(path).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False
-
-
-def _is_held(path: Path) -> bool:
-    """Whether a live process holds the lock on `path` (the OS drops a dead process's locks)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def _remove_unheld(path: Path) -> int:
-    """Remove a lock file no process holds, holding its lock meanwhile (a writer that opened it just now sees
-    that its path is gone and takes another): 1 when removed."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return 0
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return 0
-    try:
-        path.unlink(missing_ok=True)
-        return 1
-    finally:
-        os.close(fd)
-
-
-def _pid_of(path: Path) -> int | None:
-    head = path.name.split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process of this id runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
-
-
-# -- the index ---------------------------------------------------------------------------------------------
-
-
-class DamagedIndexEntry(IntegrityError):
-    """An index entry that cannot be what a commit wrote: kdb serves none of its files (Triton compiles)."""
-
-
-def read_index_entry(path: Path, key: str) -> dict | None:
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        body = json.loads(text)
-    except ValueError:
-        raise DamagedIndexEntry(f"capture index entry {key} is damaged (not readable JSON)") from None
-    problem = index_entry_problem(key, body)
-    if problem is not None:
-        raise DamagedIndexEntry(f"capture index entry {key} is damaged ({problem})")
-    return body
-
-
-def index_entry_problem(key: str, body: object) -> str | None:
-    """Why an index entry cannot be served, or None: its files must hash, with its cache key, to its folder
-    digest, which is how the catalog names the folder (kdb/store/folders.py)."""
-    if not isinstance(body, dict) or not isinstance(body.get("files"), dict):
-        return "no file list"
-    digest = body.get("folder_digest")
-    files = body["files"]
-    if not isinstance(digest, str) or not files:
-        return "no folder digest" if not isinstance(digest, str) else "no file"
-    for name, value in files.items():
-        if not (NAME_RE.match(name) and isinstance(value, list) and len(value) == 2):
-            return f"file {name!r} is not a name with a digest and a size"
-        if not (isinstance(value[0], str) and isinstance(value[1], int) and value[1] >= 0):
-            return f"file {name!r} is not a name with a digest and a size"
-    if folder_digest(key, [(name, value[0]) for name, value in files.items()]) != digest:
-        return f"its files do not hash to its folder digest {digest[:12]}…: they are another folder's"
-    return None
-
-
-def index_entries(root: Path) -> Iterator[tuple[str, Path]]:
-    """(cache key, path) of every index entry."""
-    index = root / "index"
-    for path in sorted(index.glob("*/*.json")) if index.is_dir() else []:
-        yield path.stem, path
-
-
-# -- the whole capture folder: what `kdb gc`, `kdb verify` and `kdb capture status` ask --------------------
-
-
-def capture_tags(root: Path) -> list[str]:
-    """Tags with anything spooled, being recorded, being written or adopted under `root`."""
-    tags: set[str] = set()
-    for part in ("spool", "commit", "writing"):
-        folder = root / part
-        tags |= {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
-    adopt = root / "adopt"
-    for path in adopt.iterdir() if adopt.is_dir() else []:
-        if path.suffix in (".log", ".taking"):
-            tags.add(path.stem)
-    out = []
-    for tag in sorted(tags):
-        try:
-            out.append(check_tag(tag))
-        except UsageError:  # not a folder kdb made
-            continue
-    return out
-
-
-@dataclass
-class SpoolGc:
-    died_folders: list[str] = field(default_factory=list)  # "tag/key": left by writers that died mid-compile
-    index_entries: int = 0  # damaged, or naming blobs no snapshot references any more
-    leftovers: int = 0  # dead writers' lock files, dead processes' temporaries and own folders
-
-
-def collect_spool(root: Path, keep: set[str], *, local: bool, grace_s: float) -> SpoolGc:
-    """`kdb gc`'s part under capture/: folders whose writer died mid-compile, index entries that are damaged
-    or name a blob gc deletes (on a shared home only those untouched for `grace_s`: another host may be writing
-    one whose blobs its commit just stored), the lock files of dead writers and, on a local home, what dead
-    processes of this host left in tmp/ and proc/."""
-    result = SpoolGc()
-    if not root.is_dir():
-        return result
-    for tag in capture_tags(root):
-        layout = SpoolLayout(root, tag)
-        result.died_folders += [f"{tag}/{key}" for key in layout.remove_died()]
-    cutoff = time.time() - grace_s
-    for key, path in index_entries(root):
-        try:
-            entry = read_index_entry(path, key)
-        except DamagedIndexEntry:
-            entry = None
-        if entry is not None and all(h in keep for h, _ in entry["files"].values()):
-            continue
-        try:
-            if not local and path.stat().st_mtime > cutoff:
-                continue
-        except FileNotFoundError:
-            continue
-        path.unlink(missing_ok=True)
-        result.index_entries += 1
-    if local:
-        for path in sorted((root / "tmp").iterdir()) if (root / "tmp").is_dir() else []:
-            pid = _pid_of(Path(path.name.removeprefix("died-")))
-            if pid is not None and not pid_alive(pid):
-                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-                result.leftovers += 1
-        result.leftovers += remove_dead_process_folders(root / "proc")
-    return result
-
-
-def remove_dead_process_folders(proc: Path) -> int:
-    """Own folders of processes that ended without their exit hooks (killed, or compile workers ended by their
-    pool): `kdb-capture-<pid>-…`, removed once no process of that id runs on this host."""
-    count = 0
-    for folder in sorted(proc.glob("kdb-capture-*-*")) if proc.is_dir() else []:
-        head = folder.name.split("-")[2]
-        if head.isdigit() and not pid_alive(int(head)):
-            shutil.rmtree(folder, ignore_errors=True)
-            count += 1
-    return count
-
-
-# (cache key, folder digest) -> (tags of the snapshots holding that folder, {file name: (blob digest, size)})
-Recorded = dict[tuple[str, str], tuple[set[str], dict[str, tuple[str, int]]]]
-
-
-@dataclass
-class SpoolCheck:
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def check_spool(root: Path, recorded: Recorded) -> SpoolCheck:
-    """`kdb verify`'s part under capture/. Problems: index entries that are damaged or disagree with the folder
-    the catalog recorded (each named with the snapshots holding that cache key). Notes: what waits to be
-    recorded, folders whose writer died mid-compile, entries of folders no snapshot holds any more."""
-    check = SpoolCheck()
-    if not root.is_dir():
-        return check
-    tags_of_key: dict[str, set[str]] = {}
-    for (key, _), (tags, _) in recorded.items():
-        tags_of_key.setdefault(key, set()).update(tags)
-
-    def holders(key: str) -> str:
-        tags = sorted(tags_of_key.get(key, ()))
-        return f"cache key {key} of snapshots {', '.join(tags)}" if tags else f"no snapshot holds cache key {key}"
-
-    stale = 0
-    for key, path in index_entries(root):
-        try:
-            entry = read_index_entry(path, key)
-        except DamagedIndexEntry as exc:
-            check.problems.append(f"{exc} ({holders(key)}; kdb serves none of its files, `kdb gc` removes it)")
-            continue
-        if entry is None:
-            continue
-        found = recorded.get((key, entry["folder_digest"]))
-        if found is None:
-            stale += 1
-            continue
-        files = {name: (h, s) for name, (h, s) in entry["files"].items()}
-        if files != found[1]:
-            check.problems.append(
-                f"capture index entry {key} is damaged (its files differ from the recorded folder "
-                f"{entry['folder_digest'][:12]}…) ({holders(key)}; `kdb gc` removes it)"
-            )
-    if stale:
-        check.notes.append(
-            f"{stale} capture index entries name folders no snapshot holds any more (`kdb gc` removes them)"
-        )
-    for tag in capture_tags(root):
-        layout = SpoolLayout(root, tag)
-        waiting = layout.waiting() | layout.adopted_waiting()
-        if waiting:
-            check.notes.append(
-                f"capture {tag}: {len(waiting)} folders wait to be recorded (`kdb capture commit --tag {tag}`, or any "
-                "command that reads the tag, records them)"
-            )
-        for key, pids in layout.unfinished()[1].items():
-            check.notes.append(f"capture {tag}: folder {key} {died_phrase(pids)}; `kdb gc` removes it")
-    return check
-
-
-def died_phrase(pids: list[int]) -> str:
-    who = f"process {', '.join(map(str, pids))}" if pids else "a process"
-    return f"was left unfinished: its writer ({who}) died mid-compile"
 
 
 CAPTURE_DIR = "capture"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kdb.errors import CollectedMeanwhile, TagError, UsageError
 from kdb.store.catalog import Catalog
+from kdb.store.dictionary_index import dict_id_of
 from kdb.store.home import Home
 from kdb.store.tags import check_tag
 
@@ -103,12 +104,12 @@ def _copy_blobs(
     first; a frame whose dictionary id names another dictionary at `dest` (ids are random 31-bit numbers:
     possible, unlikely) is decompressed and stored anew instead."""
     copied = nbytes = 0
-    clashing = dest.store.adopt_dictionaries(source.store)
+    clashing = dest.store.dictionaries.adopt(source.store.dictionaries)
     for i, (digest, size) in enumerate(blobs):
         # present and whole: its mtime refreshed (a shared gc's grace period); else copied
-        if not dest.store.holds(digest, size):
+        if not dest.store.repair.holds(digest, size):
             payload = source.store.read_compressed(digest)
-            if dest.store.dict_id_of(payload) in clashing:
+            if dict_id_of(payload) in clashing:
                 put = dest.store.put_bytes(source.store.get(digest, size), digest)
                 written = put.new or put.repaired
                 copied += written
