@@ -45,7 +45,6 @@ KEEP_UNUSED_S = 3 * 24 * 3600
 INGEST_CODE = (
     "kdb/__init__.py",
     "kdb/errors.py",
-    "kdb/progress.py",
     "kdb/ingest",
     "kdb/store",
     "kdb/analysis",

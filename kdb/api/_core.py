@@ -1,21 +1,19 @@
-"""What the Python API and the CLI both run: sides opened from tags, a diff's exit status, `kdb show --kernel`'s
-lookup and the two HTML report pages (one code path, whichever front end asks)."""
+"""What the Python API and the CLI both run: a diff's exit status, `kdb show --kernel`'s lookup and the two HTML
+report pages (one code path, whichever front end asks), and the API's wording of errors."""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from kdb.errors import ExitCode, KdbError, TagError, UsageError
-from kdb.store.catalog import Catalog
+from kdb.errors import ExitCode, KdbError, UsageError
 
 if TYPE_CHECKING:
     from kdb.diff.model import DiffResult
     from kdb.diff.sides import Side
-    from kdb.store.home import Home
+    from kdb.store.catalog import Catalog
 
 GLOB = "*?["
 
@@ -70,24 +68,6 @@ def rule_texts(fail_on: str | Iterable[str]) -> list[str]:
     return texts
 
 
-@contextmanager
-def open_sides(home: Home, tags: Sequence[str], wait_s: float) -> Iterator[list[Side]]:
-    """The loaded diff sides of snapshot tags of `home`, each over its own read-only catalog connection held
-    open until the block ends (so every lazy read of a side sees one catalog state)."""
-    from kdb.diff.sides import load_side
-
-    if not home.has_catalog():
-        raise TagError(f"unknown snapshot {tags[0]!r}: the home {home.root} has no snapshot yet")
-    with ExitStack() as stack:
-        sides = []
-        for tag in tags:
-            catalog = stack.enter_context(Catalog.open(home.catalog, read_only=True, wait_s=wait_s))
-            if catalog.snapshot_id(tag) is None:
-                raise TagError(f"unknown snapshot {tag!r} (see `kdb tags`)")
-            sides.append(load_side(catalog, home.store, tag, tag))
-        yield sides
-
-
 def exit_code(result: DiffResult) -> ExitCode:
     """The status `kdb diff` exits with for `result`: 2 untrusted, 1 a rule fired, 8 a rule met an unknown."""
     if result.trust_problem:
@@ -132,9 +112,10 @@ def snapshot_page(catalog: Catalog, tag: str, label: str) -> str:
 def diff_page(sa: Side, sb: Side, *, across_targets: bool = False, limit: int = 50) -> str:
     """`kdb report A B`: the HTML page of a diff, with ISA hunks for the `limit` worst changed kernels."""
     from kdb.diff.engine import report_sides
+    from kdb.diff.model import DiffOptions
     from kdb.report import html as report_html
 
-    result, views = report_sides(sa, sb, across_targets=across_targets, limit=limit)
+    result, views = report_sides(sa, sb, DiffOptions(across_targets=across_targets), limit)
     hot: dict[tuple[str, str], list[dict]] = {}
     for name, side in (("a", sa), ("b", sb)):
         keys = [k for v in views if (k := v.kernel.a_cache_key if name == "a" else v.kernel.b_cache_key)]

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from kdb.api._core import api_errors, diff_page, kernel_details, open_sides, rule_texts
+from kdb.api._commands import IngestCall
+from kdb.api._commands import ingest as run_ingest
+from kdb.api._core import api_errors, diff_page, kernel_details, rule_texts
 from kdb.api._results import Diff, Kernel, Snapshot
+from kdb.api._session import Session
+from kdb.api._sides import open_side
 from kdb.errors import UsageError
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home, resolve_shared
 
 if TYPE_CHECKING:
+    from kdb.diff.sides import Side
     from kdb.ingest.snapshot import IngestSummary
     from kdb.store.catalog.frames import Relation
 
@@ -148,26 +154,9 @@ class Kdb:
         """`kdb ingest PATH --tag TAG`: snapshot a cache directory; `labels` as {key: value} or ["key=value"];
         `workers` processes (default: all cores); `sass=False` is `--no-sass`. Returns the summary
         `kdb ingest --format json` prints (`problems` counts files recorded as problems: the CLI's exit 1)."""
-        from kdb.analysis.model import AnalysisOptions
-        from kdb.ingest.snapshot import ingest, parse_labels
-
         home = self._check_open()
-        if labels is None:
-            parsed: dict[str, str] = {}
-        elif isinstance(labels, Mapping):
-            parsed = {str(k): str(v) for k, v in labels.items()}
-        else:  # one string is one label ("ci=nightly"), not a sequence of one-letter labels
-            parsed = parse_labels([labels] if isinstance(labels, str) else list(labels))
-        return ingest(
-            home,
-            Path(path),
-            tag,
-            labels=parsed,
-            replace=replace,
-            workers=workers,
-            lock_wait_s=self._wait_s,
-            options=AnalysisOptions(sass=sass),
-        )
+        call = IngestCall(Path(path), tag, labels, replace=replace, workers=workers, sass=sass)
+        return run_ingest(Session(home, home, None, self._wait_s), call)
 
     # -- comparing -------------------------------------------------------------------------------------
     @api_errors
@@ -186,20 +175,31 @@ class Kdb:
         returned (`Diff.trust_problem`, `exit_code` 2), not raised. UsageError for a bad rule, TagError for an
         unknown tag."""
         from kdb.diff.engine import diff_sides
+        from kdb.diff.model import DiffOptions
         from kdb.diff.rules import check_min_match, parse_rules
 
         home = self._record_captures(a, b)
         rules = parse_rules(rule_texts(fail_on))
         min_match = float(min_match)  # as the CLI's option: `min_match: 0` in the JSON would read `0.0` there
         check_min_match(min_match)
-        with open_sides(home, (a, b), self._wait_s) as (sa, sb):
-            result, _ = diff_sides(
-                sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
+        with self._sides(home, a, b) as (sa, sb):
+            options = DiffOptions(
+                across_targets=across_targets, rules=tuple(rules), min_match=min_match, allow_unknown=allow_unknown
             )
+            result, _ = diff_sides(sa, sb, options)
 
         @api_errors
         def page(limit: int) -> str:
-            with open_sides(home, (a, b), self._wait_s) as (pa, pb):  # works after close(), as relations do
+            with self._sides(home, a, b) as (pa, pb):  # works after close(), as relations do
                 return diff_page(pa, pb, across_targets=across_targets, limit=limit)
 
         return Diff(result, page)
+
+    @contextmanager
+    def _sides(self, home: Home, a: str, b: str) -> Iterator[tuple[Side, Side]]:
+        """The diff sides of tags `a` and `b` (never a directory: the API takes tags), each over its own
+        read-only catalog held open until the block ends."""
+        session = Session(home, home, None, self._wait_s)
+        with ExitStack() as stack:
+            sa, sb = (stack.enter_context(open_side(session, tag, directories=False)) for tag in (a, b))
+            yield sa, sb

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import os
-import shlex
-import shutil
 import sys
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kdb.cli.capture import record_captures  # every command that reads a tag records what captures left for it
-from kdb.cli.common import FormatOpt, TagArg, _fmt, _out, _page, _reader, _version, app, state
-from kdb.errors import ExitCode, KdbError, TagError, UsageError
-from kdb.progress import progress_bar, set_phase
+from kdb.api import _commands as commands
+from kdb.api._session import Session
+from kdb.cli.common import FormatOpt, TagArg, _fmt, _out, _page, _version, _warn, app, state
+from kdb.cli.progress import ingest_display, ingest_progress
+from kdb.cli.terminal import click_error, is_click_error, terminal_width
+from kdb.errors import ExitCode, KdbError
 from kdb.render import examples, listings, tables
-from kdb.store.home import Home, resolve_home, resolve_shared
-from kdb.terminal import click_error, is_click_error, terminal_width
 
 
 @app.callback()
@@ -50,11 +47,7 @@ def _global(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="show the version and exit")
     ] = False,
 ) -> None:
-    shared = resolve_shared(catalog, store)
-    state.local_home = Home(resolve_home(home))
-    state.shared_home = Home.shared(*shared) if shared else None
-    state.home = state.shared_home or state.local_home
-    state.wait = wait
+    state.session = Session.resolve(home, catalog, store, wait, hooks=(_warn, ingest_progress))
 
 
 @app.command(epilog=examples.INGEST_EPILOG)
@@ -87,35 +80,19 @@ def ingest(
     fmt: FormatOpt = "table",
 ) -> None:
     """Snapshot a whole Triton cache into the store and catalog."""
-    from kdb.analysis.model import AnalysisOptions
-    from kdb.ingest.snapshot import ingest as run_ingest
-    from kdb.ingest.snapshot import parse_labels
-
     fmt = _fmt(fmt, ("table", "json"))
-    labels = parse_labels(label)
-    with ExitStack() as stack:
-        on_progress = on_phase = None
-        if not quiet and sys.stderr.isatty():
-            bar, task = stack.enter_context(progress_bar())
-            on_phase = set_phase(bar, task)
-
-            def on_progress(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
-                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
-
-        summary = run_ingest(
-            state.home,
-            directory,
-            tag,
-            labels=labels,
-            replace=replace,
-            workers=jobs or None,
-            max_file_bytes=max_file_size,
-            progress=on_progress,
-            lock_wait_s=state.wait,
-            options=AnalysisOptions(sass=sass),
-            rehash=rehash,
-            phase=on_phase,
-        )
+    call = commands.IngestCall(
+        directory,
+        tag,
+        label,
+        replace=replace,
+        workers=jobs or None,
+        max_file_bytes=max_file_size,
+        sass=sass,
+        rehash=rehash,
+    )
+    display = ingest_display if not quiet and sys.stderr.isatty() else None
+    summary = commands.ingest(state.session, call, display)
     if fmt == "json":
         _out(tables.to_json(summary.__dict__))
     elif not quiet:
@@ -128,13 +105,9 @@ def ingest(
 def tags(fmt: FormatOpt = "table") -> None:
     """List snapshots with counts, sizes, Triton versions and targets (on a terminal, fitted to its width)."""
     fmt = _fmt(fmt)
-    record_captures()
+    rows = commands.snapshots(state.session)
     width = terminal_width() if sys.stdout.isatty() or os.environ.get("COLUMNS") else None  # as `kdb sql`
-    if not state.home.has_catalog():
-        _out(listings.render_tags([], fmt, width))
-        return
-    with _reader() as catalog:
-        _out(listings.render_tags(catalog.list_snapshots(), fmt, width))
+    _out(listings.render_tags(rows, fmt, width))
 
 
 @app.command(epilog=examples.SHOW_EPILOG)
@@ -156,21 +129,12 @@ def show(
     if tag is None:
         tags(fmt)
         return
-    record_captures(tag)
-    if not state.home.has_catalog():
-        raise TagError(f"unknown snapshot {tag!r}: the home {state.home.root} has no snapshot yet")
-    with _reader() as catalog:
-        if kernel is not None:
-            from kdb.api._core import kernel_details  # the Python API's Kdb.kernel runs the same lookup
-
-            details = kernel_details(catalog, tag, kernel)
-            _page(listings.render_kernels(details, fmt), enabled=fmt == "table")
-            return
-        _out(
-            listings.render_snapshot(
-                catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag), fmt
-            )
-        )
+    if kernel is not None:
+        details = commands.show_kernels(state.session, tag, kernel)
+        _page(listings.render_kernels(details, fmt), enabled=fmt == "table")
+        return
+    shown = commands.show_snapshot(state.session, tag)
+    _out(listings.render_snapshot(shown.snapshot, shown.kinds, shown.problems, fmt))
 
 
 @app.command()
@@ -185,23 +149,14 @@ def reindex(
     ] = True,
 ) -> None:
     """Recompute the analysis of stored snapshots from their blobs (after a kdb upgrade)."""
-    from kdb.analysis.model import AnalysisOptions
-    from kdb.ingest.reindex import reindex as run_reindex
-
-    record_captures(*(tags or []))
-    for tag, kernels in run_reindex(
-        state.home, tags or None, lock_wait_s=state.wait, options=AnalysisOptions(sass=sass)
-    ).items():
+    for tag, kernels in commands.reindex(state.session, tags, sass=sass).items():
         _out(f"reindexed {tag}: {kernels} kernels\n")
 
 
 @app.command()
 def rm(tag: TagArg) -> None:
     """Remove a snapshot from the catalog (its blobs stay until `kdb gc`)."""
-    from kdb.store.maintenance import remove_snapshot
-
-    record_captures(tag)  # what waits for the tag goes with it, instead of making the tag again later
-    remove_snapshot(state.home, tag, state.wait)
+    commands.remove(state.session, tag)
     _out(f"removed {tag}; run `kdb gc` to free blobs no other snapshot uses\n")
 
 
@@ -224,10 +179,8 @@ def gc(
     ] = 3600.0,
 ) -> None:
     """Delete blobs no snapshot references, compact the catalog when much of it is free space, and report the bytes freed."""
-    from kdb.store.maintenance import collect_garbage
-
     fmt = _fmt(fmt, ("table", "json"))
-    result = collect_garbage(state.home, state.wait, compact=compact, grace_s=grace)
+    result = commands.collect_garbage(state.session, compact=compact, grace_s=grace)
     if fmt == "json":
         _out(tables.to_json(result.__dict__))
     else:
@@ -237,10 +190,8 @@ def gc(
 @app.command()
 def verify(fmt: FormatOpt = "table") -> None:
     """Re-hash every blob and check every catalog reference; exit 5 on any problem."""
-    from kdb.store.maintenance import verify as run_verify
-
     fmt = _fmt(fmt, ("table", "json"))
-    report = run_verify(state.home, state.wait)
+    report = commands.verify(state.session)
     _out(listings.render_verify(report, fmt))
     if not report.ok:
         raise typer.Exit(ExitCode.INTEGRITY)
@@ -266,10 +217,7 @@ def export(
     bytes); modes are those Triton gives (0644 under umask 022). The export is written into a temporary
     folder beside DEST and renamed: a failure leaves nothing behind.
     """
-    from kdb.store.maintenance import export_snapshot
-
-    record_captures(tag)
-    result = export_snapshot(state.home, tag, dest, state.wait, verbatim=verbatim)
+    result = commands.export(state.session, tag, dest, verbatim=verbatim)
     relocated = f", {result.groups_relocated} group files pointing into it" if result.groups_relocated else ""
     _out(f"exported {result.files} files ({tables.human_bytes(result.bytes)}) to {dest}{relocated}\n")
 
@@ -286,12 +234,7 @@ def cat(
     ],
 ) -> None:
     """Write one stored file (or imported profile file, as imported) to standard output."""
-    from kdb.profile.importer import stored_profile
-    from kdb.store.maintenance import read_file
-
-    record_captures(tag)
-    profile = stored_profile(state.home, tag, path, state.wait)
-    data = read_file(state.home, tag, path, state.wait) if profile is None else profile
+    data = commands.read_file(state.session, tag, path)
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -317,13 +260,8 @@ def sql(
     On a terminal the table fits its width (wide cells elided, columns from the middle dropped) and shows
     40 rows, with a note of what was left out, like the DuckDB shell.
     """
-    from kdb.store.catalog.user_sql import UserSql
-
     fmt = _fmt(fmt, ("table", "json", "csv", "markdown"))
-    record_captures()
-    where = state.home.location if state.home.location is not None else state.home.catalog_path
-    with UserSql.open(where, wait_s=state.wait) as user_sql:
-        columns, rows = user_sql.run(query)
+    columns, rows = commands.run_sql(state.session, query)
     if fmt != "table":
         _out(tables.render_rows(columns, rows, fmt))
         return
@@ -346,33 +284,15 @@ def shell(
     `kdb sql "SELECT …" --format csv > FILE`. A shared catalog is read with `kdb sql` (`--print` gives the
     statements that attach it in a DuckDB of your own, without these protections).
     """
-    from kdb.store.catalog.user_sql import shell_args
-
-    location = state.home.location
-    if location is not None:
-        from kdb.store.catalog.lake import shell_sql
-
-        if not print_sql:
-            raise UsageError(
-                "kdb shell opens only a local catalog read-only: DuckDB cannot read a shared catalog's Parquet "
-                "files without being able to overwrite them; query it with `kdb sql`, or attach it in your own "
-                "DuckDB with the statements of `kdb shell --print`"
-            )
-        _out(shell_sql(location.url, location.data_path))
-        return
-    path = state.home.catalog_path
-    if not path.exists():
-        raise UsageError(f"no catalog at {path} yet: run `kdb ingest` first")
-    args = shell_args(path)
-    exe = shutil.which("duckdb")
-    if exe is None:
-        _out(f"the DuckDB shell is not installed (pip install duckdb-cli); then run: {shlex.join(['duckdb', *args])}\n")
+    plan = commands.shell(state.session, print_sql=print_sql)
+    if plan.text is not None:
+        _out(plan.text)
         return
     sys.stderr.write(
         'kdb shell: read-only, no files, no network; to save a result: kdb sql "SELECT …" --format csv > FILE\n'
     )
     sys.stderr.flush()
-    os.execv(exe, [exe, *args])
+    os.execv(plan.argv[0], list(plan.argv))
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -8,12 +8,11 @@ from typing import Annotated
 
 import typer
 
-from kdb import __version__
+from kdb.api._commands import VERSION
+from kdb.api._session import Session
+from kdb.cli.terminal import page_text
 from kdb.errors import UsageError
 from kdb.render import tables
-from kdb.store.catalog import Catalog
-from kdb.store.home import Home
-from kdb.terminal import page_text
 
 app = typer.Typer(
     add_completion=True,
@@ -53,10 +52,7 @@ _readable_types()
 
 
 class State:
-    home: Home  # where commands act: the shared home when one is given, else the local one
-    local_home: Home  # --home / $KDB_HOME / the user data dir, whatever else is given (push/pull)
-    shared_home: Home | None
-    wait: float
+    session: Session  # the global options resolved: where commands act, how long they wait
 
 
 state = State()
@@ -81,14 +77,10 @@ def _page(text: str, enabled: bool = True) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        _out(f"kdb {__version__}\n")
+        _out(f"kdb {VERSION}\n")
         raise typer.Exit()
 
 
 def _warn(text: str) -> None:
     sys.stdout.flush()
     sys.stderr.write(f"kdb: warning: {text}\n")
-
-
-def _reader() -> Catalog:
-    return Catalog.open(state.home.catalog, read_only=True, wait_s=state.wait)

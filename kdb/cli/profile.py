@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from kdb.api import _profiles as profiles
 from kdb.cli.common import _fmt, _out, app, state
 from kdb.render import profiles as render_profiles
 
@@ -46,12 +47,8 @@ def import_(
     A profile recorded on a GPU that runs none of the snapshot's targets is refused (exit 3), and so is one most of
     whose Triton launches find no kernel of the snapshot, unless --allow-unlinked. The same profile imported again,
     plain or gzipped, replaces its rows."""
-    from kdb.cli.capture import record_captures
-    from kdb.profile.importer import import_profiles
-
     fmt = _fmt(fmt, ("table", "json"))
-    record_captures(tag)  # the kernel folders a capture left waiting are the ones its launches link to
-    summary = import_profiles(state.home, tag, files, state.wait, allow_unlinked=allow_unlinked)
+    summary = profiles.import_profiles(state.session, tag, files, allow_unlinked=allow_unlinked)
     document = {"tag": summary.tag, "files": [asdict(f) for f in summary.files]}
     _out(render_profiles.render_profile_import(document, fmt))
 
@@ -68,9 +65,7 @@ def rm(
     tag: Annotated[str, typer.Option("--tag", "-t", metavar="TAG", help="the snapshot it was imported into")],
 ) -> None:
     """Forget one imported profile of a snapshot (its file's blob stays until `kdb gc`)."""
-    from kdb.profile.importer import remove_profile
-
-    row = remove_profile(state.home, tag, profile, state.wait)
+    row = profiles.remove_profile(state.session, tag, profile)
     _out(
         f"removed profile {row['name']} (sha256 {row['profile_hash']}) from {tag}; "
         "run `kdb gc` to free its file if nothing else uses it\n"

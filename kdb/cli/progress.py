@@ -1,6 +1,6 @@
 """Progress on stderr while the CLI ingests (rich's bar on a terminal, a line before and after otherwise).
 
-Part of the CLI layer: only kdb/cli.py imports it; it prints to stderr, never to stdout."""
+Part of the CLI layer (only kdb/cli imports it): it prints to stderr, never to stdout."""
 
 from __future__ import annotations
 
@@ -66,6 +66,22 @@ def set_phase(bar, task) -> Callable[[str], None]:
     return phase
 
 
+@contextmanager
+def ingest_display() -> Iterator[tuple[Callable[[int, int, int, int], None], Callable[[str], None]]]:
+    """`kdb ingest`'s bar: the (progress, phase) callbacks kdb.api's ingest hands to the ingest."""
+    with progress_bar() as (bar, task):
+        yield bar_progress(bar, task), set_phase(bar, task)
+
+
+def bar_progress(bar, task) -> Callable[[int, int, int, int], None]:
+    """A `progress` callback for kdb.ingest.snapshot.ingest that shows files and bytes stored on the bar."""
+
+    def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
+        bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
+
+    return update
+
+
 def stderr_console():
     from rich.console import Console
 
@@ -80,11 +96,7 @@ def ingest_progress(path: Path) -> Iterator[Callable[[int, int, int, int], None]
     start = time.monotonic()
     if sys.stderr.isatty():
         with progress_bar() as (bar, task):
-
-            def update(files: int, total: int, done_bytes: int, total_bytes: int) -> None:
-                bar.update(task, completed=done_bytes, total=total_bytes, files=files, total_files=total)
-
-            yield update
+            yield bar_progress(bar, task)
     else:
         sys.stderr.write(f"kdb: ingesting {path} into a temporary snapshot…\n")
         yield None
