@@ -61,13 +61,6 @@ CREATE TABLE top_files (                 -- files at the top of the cache, outsi
     PRIMARY KEY (snapshot_id, path)
 );
 
--- Every file of every snapshot.
-CREATE VIEW files AS
-SELECT sf.snapshot_id, sf.cache_key || '/' || ff.name AS path, ff.hash, ff.size, ff.kind, sf.cache_key
-FROM snapshot_folders sf JOIN folder_files ff USING (folder_digest)
-UNION ALL
-SELECT snapshot_id, path, hash, size, kind, NULL AS cache_key FROM top_files;
-
 CREATE TABLE kernel_folders (
     folder_digest         VARCHAR PRIMARY KEY,
     cache_key             VARCHAR NOT NULL,   -- the cache folder name

@@ -1,5 +1,5 @@
 -- Per-kernel analysis (AMD code objects and asm, NVIDIA cubins and PTX, TTGIR facts, identity),
--- instruction mix, source-line attribution, and the public views users query.
+-- instruction mix, source-line attribution (the public views users query over them: views.sql).
 -- Everything here is derived from stored blobs: `kdb reindex` rebuilds these tables.
 
 -- Keyed by folder_digest (see folders in 001): the analysis of a folder's content, shared by every
@@ -90,46 +90,3 @@ CREATE TABLE analysis_problems (          -- files of a folder that could not be
     stage         VARCHAR NOT NULL,   -- json, hsaco, amdgcn, cubin, ptx, sass, ttgir, identity, occupancy
     reason        VARCHAR NOT NULL
 );
-
-CREATE VIEW kernels AS
-SELECT
-    s.tag, sf.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.num_warps, k.num_stages,
-    k.num_ctas, k.waves_per_eu, k.matrix_instr_nonkdim, k.kpack, k.shared,
-    a.vgpr_count, a.agpr_count, a.sgpr_count, a.vgpr_spill_count, a.sgpr_spill_count, a.scratch_bytes,
-    a.lds_static, a.registers, a.stack_bytes, a.local_bytes, a.lds_static AS static_shared, a.code_size,
-    a.occupancy_llvm, a.occupancy_llvm_limiter, a.occupancy, a.occupancy_limiter, a.occupancy_unit,
-    a.vgpr_headroom, a.instr_source, a.instr_count, a.spill_count, a.reload_count, a.scratch_instr_count,
-    a.ptx_instr_count, a.identity, a.identity_any_target, s.snapshot_id, sf.folder_digest
-FROM snapshot_folders sf
-JOIN snapshots s USING (snapshot_id)
-JOIN kernel_folders k USING (folder_digest)
-LEFT JOIN kernel_analysis a USING (folder_digest);
-
-CREATE VIEW instr_mix AS
-SELECT s.tag, sf.cache_key, m.mnemonic, m.grp, m.count, m.source
-FROM snapshot_folders sf
-JOIN snapshots s USING (snapshot_id)
-JOIN kernel_analysis a USING (folder_digest)
-JOIN instr_mix_counts m USING (folder_digest)
-WHERE m.source = a.instr_source;
-
-CREATE VIEW ptx_mix AS
-SELECT s.tag, sf.cache_key, m.mnemonic, m.grp, m.count
-FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN instr_mix_counts m USING (folder_digest)
-WHERE m.source = 'ptx';
-
-CREATE VIEW source_lines AS
-SELECT s.tag, sf.cache_key, l.file, l.line, l.grp, l.count, l.source
-FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN source_line_counts l USING (folder_digest);
-
-CREATE VIEW problems AS
-SELECT s.tag, p.cache_key, p.path, p.stage, p.reason
-FROM file_problems p JOIN snapshots s USING (snapshot_id)
-UNION ALL
-SELECT s.tag, sf.cache_key, CASE WHEN p.name = '' THEN sf.cache_key ELSE sf.cache_key || '/' || p.name END,
-       p.stage, p.reason
-FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id) JOIN analysis_problems p USING (folder_digest);
-
-CREATE VIEW snapshot_files AS
-SELECT s.tag, f.path, f.kind, f.size, f.hash, f.cache_key
-FROM files f JOIN snapshots s USING (snapshot_id);

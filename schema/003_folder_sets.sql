@@ -25,8 +25,4 @@ INSERT INTO folder_sets
 SELECT DISTINCT s.folder_set, sf.cache_key, sf.folder_digest
 FROM snapshot_folders sf JOIN snapshots s USING (snapshot_id);
 
-DROP TABLE snapshot_folders;
-
-CREATE VIEW snapshot_folders AS
-SELECT s.snapshot_id, f.cache_key, f.folder_digest
-FROM snapshots s JOIN folder_sets f ON f.set_digest = s.folder_set;
+DROP TABLE snapshot_folders;   -- the view of the same name: views.sql

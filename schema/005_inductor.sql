@@ -55,38 +55,3 @@ CREATE TABLE autotune_results (       -- one row per autotune winner (best_confi
     link_detail        VARCHAR,
     PRIMARY KEY (snapshot_id, path, entry)
 );
-
-CREATE VIEW autotune AS
-SELECT s.tag, r.cache_key, r.kernel_name, r.config, r.time_ms, r.is_best, r.source, r.path, r.entry,
-       r.module_path, r.key, r.timings, r.tuning_ms, r.found_by_coordesc, r.triton_cache_hash, r.link,
-       r.link_detail, s.snapshot_id
-FROM autotune_results r JOIN snapshots s USING (snapshot_id);
-
-CREATE VIEW inductor_kernels AS
-SELECT s.tag, km.cache_key, km.kernel_name, km.module_path, km.link, km.detail, m.heuristic, m.size_hints,
-       m.inductor_meta, m.triton_meta, m.kernel_perf_ms, s.snapshot_id
-FROM kernel_modules km
-JOIN snapshots s USING (snapshot_id)
-LEFT JOIN inductor_modules m
-       ON m.snapshot_id = km.snapshot_id AND m.path = km.module_path AND m.kernel_name = km.kernel_name;
-
-DROP VIEW kernels;
-
-CREATE VIEW kernels AS
-SELECT
-    s.tag, sf.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.num_warps, k.num_stages,
-    k.num_ctas, k.waves_per_eu, k.matrix_instr_nonkdim, k.kpack, k.shared,
-    a.vgpr_count, a.agpr_count, a.sgpr_count, a.vgpr_spill_count, a.sgpr_spill_count, a.scratch_bytes,
-    a.lds_static, a.registers, a.stack_bytes, a.local_bytes, a.lds_static AS static_shared, a.code_size,
-    a.occupancy_llvm, a.occupancy_llvm_limiter, a.occupancy, a.occupancy_limiter, a.occupancy_unit,
-    a.vgpr_headroom, a.instr_source, a.instr_count, a.spill_count, a.reload_count, a.scratch_instr_count,
-    a.ptx_instr_count, a.identity, a.identity_any_target, s.snapshot_id, sf.folder_digest,
-    km.module_path AS inductor_module, km.kernel_name AS inductor_kernel, ab.is_best AS is_autotune_best
-FROM snapshot_folders sf
-JOIN snapshots s USING (snapshot_id)
-JOIN kernel_folders k USING (folder_digest)
-LEFT JOIN kernel_analysis a USING (folder_digest)
-LEFT JOIN kernel_modules km ON km.snapshot_id = sf.snapshot_id AND km.cache_key = sf.cache_key
-LEFT JOIN (SELECT snapshot_id, cache_key, bool_or(is_best) AS is_best FROM autotune_results
-           WHERE cache_key IS NOT NULL GROUP BY ALL) ab
-       ON ab.snapshot_id = sf.snapshot_id AND ab.cache_key = sf.cache_key;

@@ -36,18 +36,4 @@ SELECT DISTINCT s.inductor_module_set, m.path, m.kernel_name, m.heuristic, m.def
        m.inductor_meta, m.configs, m.kernel_perf_ms
 FROM inductor_modules m JOIN snapshots s USING (snapshot_id);
 
-DROP VIEW inductor_kernels;
-DROP TABLE inductor_modules;
-
-CREATE VIEW inductor_modules AS
-SELECT s.snapshot_id, m.path, m.kernel_name, m.heuristic, m.def_line, m.size_hints, m.triton_meta, m.inductor_meta,
-       m.configs, m.kernel_perf_ms
-FROM snapshots s JOIN inductor_module_sets m ON m.set_digest = s.inductor_module_set;
-
-CREATE VIEW inductor_kernels AS
-SELECT s.tag, km.cache_key, km.kernel_name, km.module_path, km.link, km.detail, m.heuristic, m.size_hints,
-       m.inductor_meta, m.triton_meta, m.kernel_perf_ms, s.snapshot_id
-FROM kernel_modules km
-JOIN snapshots s USING (snapshot_id)
-LEFT JOIN inductor_modules m
-       ON m.snapshot_id = km.snapshot_id AND m.path = km.module_path AND m.kernel_name = km.kernel_name;
+DROP TABLE inductor_modules;   -- the view of the same name: views.sql

@@ -41,21 +41,3 @@ CREATE TABLE profile_unlinked (
     detail       VARCHAR,            -- the launch record that fitted no folder / the folders that fit
     PRIMARY KEY (snapshot_id, profile_hash, kernel_name, reason)
 );
-
--- Per kernel folder of a snapshot: its launches and time over every profile imported under the tag. share is the
--- folder's time over the snapshot's whole GPU kernel time: every kernel launch of the same profiles, linked or
--- not, Triton or not (cuBLAS, cuDNN, aten…).
-CREATE VIEW kernel_times AS
-SELECT s.tag, t.cache_key, t.kernel_name, sum(t.launches)::BIGINT AS launches, sum(t.total_ns)::BIGINT AS total_ns,
-       sum(t.total_ns) / sum(t.launches) AS mean_ns, sum(t.total_ns) / any_value(g.total_ns) AS share, s.snapshot_id
-FROM profile_kernel_times t
-JOIN snapshots s USING (snapshot_id)
-JOIN (SELECT snapshot_id, sum(total_ns) AS total_ns FROM profile_files GROUP BY snapshot_id) g USING (snapshot_id)
-GROUP BY s.tag, t.cache_key, t.kernel_name, s.snapshot_id;
-
--- Per snapshot and reason: the launches no folder was linked to.
-CREATE VIEW profile_unlinked_counts AS
-SELECT s.tag, u.reason, count(DISTINCT u.kernel_name) AS kernels, sum(u.launches)::BIGINT AS launches,
-       sum(u.total_ns)::BIGINT AS total_ns, s.snapshot_id
-FROM profile_unlinked u JOIN snapshots s USING (snapshot_id)
-GROUP BY s.tag, u.reason, s.snapshot_id;

@@ -22,10 +22,7 @@ INSERT INTO instr_mix_lists
 SELECT folder_digest, source, list(mnemonic ORDER BY mnemonic, grp), list(grp ORDER BY mnemonic, grp),
        list(count ORDER BY mnemonic, grp)
 FROM instr_mix_counts GROUP BY folder_digest, source;
-DROP TABLE instr_mix_counts;
-CREATE VIEW instr_mix_counts AS
-SELECT folder_digest, source, unnest(mnemonics) AS mnemonic, unnest(grps) AS grp, unnest(counts) AS count
-FROM instr_mix_lists;
+DROP TABLE instr_mix_counts;   -- the views of the three old names: views.sql
 
 CREATE TABLE source_line_lists (
     folder_digest VARCHAR NOT NULL,
@@ -40,10 +37,6 @@ SELECT folder_digest, source, list(file ORDER BY file, line, grp), list(line ORD
        list(grp ORDER BY file, line, grp), list(count ORDER BY file, line, grp)
 FROM source_line_counts GROUP BY folder_digest, source;
 DROP TABLE source_line_counts;
-CREATE VIEW source_line_counts AS
-SELECT folder_digest, source, unnest(files) AS file, unnest(lines) AS line, unnest(grps) AS grp,
-       unnest(counts) AS count
-FROM source_line_lists;
 
 CREATE TABLE instr_mix_loop_lists (
     folder_digest VARCHAR NOT NULL,
@@ -59,10 +52,6 @@ SELECT folder_digest, source, list(loop_depth ORDER BY loop_depth, mnemonic, grp
        list(count ORDER BY loop_depth, mnemonic, grp)
 FROM instr_mix_loop_counts GROUP BY folder_digest, source;
 DROP TABLE instr_mix_loop_counts;
-CREATE VIEW instr_mix_loop_counts AS
-SELECT folder_digest, source, unnest(loop_depths) AS loop_depth, unnest(mnemonics) AS mnemonic,
-       unnest(grps) AS grp, unnest(counts) AS count
-FROM instr_mix_loop_lists;
 
 -- The digest-keyed tables again, without their PRIMARY KEY (same columns, same order, NOT NULL kept).
 

@@ -278,8 +278,7 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     assert any(r["inductor_module"] for r in before["kernels"]) and any(
         r["is_autotune_best"] for r in before["kernels"]
     )
-    # the 008-era layout: both link tables per snapshot, the views that read them as they were
-    migration = (repo / "schema" / "009_link_sets.sql").read_text()
+    # the 008-era layout: both link tables per snapshot (the views that read them are the writer's: views.sql)
     con = duckdb.connect(str(home / "catalog.duckdb"))
     for name in ("kernel_modules", "autotune_results"):
         con.execute(f"CREATE TABLE moved_{name} AS SELECT * FROM {name}")
@@ -299,7 +298,6 @@ def test_migration_009_moves_inductor_links_into_sets(capsys, unpacked_archive, 
     for name in ("kernel_modules", "autotune_results"):
         con.execute(f"INSERT INTO {name} SELECT * FROM moved_{name}")
         con.execute(f"DROP TABLE moved_{name}")
-    con.execute(migration[migration.index("CREATE VIEW autotune AS") :])  # the three views, unchanged by 009
     con.execute("DROP TABLE kernel_module_sets")
     con.execute("DROP TABLE autotune_result_sets")
     con.execute("ALTER TABLE snapshots DROP COLUMN kernel_module_set")
@@ -357,8 +355,7 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     fresh_rows = kdb(capsys, home, "sql", by_loop, "--format", "json").json()
     assert any(r["max_loop_depth"] for r in fresh) and any(r["scratch_instr_in_loops"] for r in fresh)
     assert fresh_rows and any(r["loop_depth"] > 0 for r in fresh_rows)
-    # the 009-era layout: no loop table, columns or view; the kernels view as 009 wrote it
-    migration = next(text for version, _, text in schema_files() if version == 9)
+    # the 009-era layout: no loop table or columns (the views are the writer's: views.sql)
     con = duckdb.connect(str(home / "catalog.duckdb"))
     back_to_011_layout(con)  # 012 comes after 010: undone first, applied again on open
     con.execute("DROP VIEW instr_mix_by_loop")
@@ -366,7 +363,6 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     con.execute("DROP TABLE instr_mix_loop_counts")
     for column in MIGRATION_010_COLUMNS:
         con.execute(f"ALTER TABLE kernel_analysis DROP COLUMN {column}")
-    con.execute(migration[migration.index("CREATE VIEW kernels AS") :])
     con.execute("DELETE FROM schema_migrations WHERE version = 10")
     con.close()
     with Catalog.open(home / "catalog.duckdb") as catalog:  # a writing open applies 010 (and 012)

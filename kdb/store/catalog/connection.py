@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -25,7 +24,9 @@ if importlib.util.find_spec("pandas") is None:
 
 from kdb.errors import CatalogBusy, KdbError, TagError, UsageError
 from kdb.store import ndjson
-from kdb.store.catalog import lake
+from kdb.store.catalog import lake, migrations
+from kdb.store.catalog.migrations import MIGRATIONS_TABLE_DDL
+from kdb.store.catalog.migrations import schema_files as schema_files  # where kdb.store.catalog takes it from
 from kdb.store.home import SharedLocation
 
 # Users open the catalog with the DuckDB shell they have (duckdb-cli 1.5.x on PyPI today); a newer
@@ -51,28 +52,10 @@ JSON_LOAD_MEMORY = "64MB"
 # cache (372 kernels, once loop rows were staged). The pages it writes are evictable once it ends.
 CHECKPOINT_MEMORY = "256MB"
 
-MIGRATIONS_TABLE_DDL = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    INTEGER PRIMARY KEY,
-    name       VARCHAR NOT NULL,
-    applied_at TIMESTAMP NOT NULL DEFAULT (now()::TIMESTAMP)
-)
-"""
-
 
 def literal(text: str) -> str:
     """A SQL string literal, for the few statements that take no parameters (ATTACH in DuckDB 1.5)."""
     return "'" + text.replace("'", "''") + "'"
-
-
-def schema_files() -> list[tuple[int, str, str]]:
-    """(version, file name, SQL) for every numbered schema file, in order."""
-    out = []
-    for entry in resources.files("kdb.schema").iterdir():
-        name = entry.name
-        if name.endswith(".sql") and name[:3].isdigit():
-            out.append((int(name[:3]), name, entry.read_text()))
-    return sorted(out)
 
 
 def _is_lock_conflict(exc: Exception) -> bool:
@@ -216,10 +199,14 @@ class CatalogConnection:
             cls._create(path)
         con = connect_file(path, read_only=read_only, wait_s=wait_s)
         catalog = cls(con, path, read_only)
-        if not read_only:
-            catalog.migrate()
-        else:
-            catalog._check_migrated()
+        try:
+            if not read_only:
+                catalog.migrate()
+            else:
+                catalog._check_migrated()
+        except BaseException:
+            con.close()  # the file stays open in this process otherwise, to the next open's confusion
+            raise
         return catalog
 
     @classmethod
@@ -243,7 +230,9 @@ class CatalogConnection:
         self.con.execute(lake.COMMITS_DDL)
         if self._one("SELECT count(*) FROM kdb_commits")[0] == 0:
             self.con.execute("INSERT INTO kdb_commits VALUES (0)")
-        return self._apply_migrations()
+        applied = self._apply_migrations()
+        migrations.create_views(self.con, stale_only=not applied)
+        return applied
 
     @classmethod
     def _create(cls, path: Path) -> None:
@@ -279,7 +268,7 @@ class CatalogConnection:
         self.close()
 
     def applied_migrations(self) -> list[tuple[int, str]]:
-        return self.con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+        return migrations.applied_migrations(self.con)
 
     def migrate(self) -> list[str]:
         if self.shared:
@@ -290,30 +279,18 @@ class CatalogConnection:
             with self.transaction():
                 step = self._apply_migrations(limit=1)
             if not step:
-                return applied
-            applied += step
-
-    def _apply_migrations(self, limit: int | None = None) -> list[str]:
-        """The schema files not applied yet, in order, within the caller's transaction (a DuckLake
-        catalog takes them without PRIMARY KEY / UNIQUE: see lake.lake_sql)."""
-        done = {v for v, _ in self.applied_migrations()}
-        applied: list[str] = []
-        for version, name, sql in schema_files():
-            if version in done:
-                continue
-            if limit is not None and len(applied) >= limit:
                 break
-            self.con.execute(lake.lake_sql(sql) if self.shared else sql)
-            self.con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
-            applied.append(name)
+            applied += step
+        with self.transaction():
+            migrations.create_views(self.con, stale_only=not applied)
         return applied
 
+    def _apply_migrations(self, limit: int | None = None) -> list[str]:
+        """The schema files not applied yet, in order, within the caller's transaction (kdb/store/catalog/migrations.py)."""
+        return migrations.apply_migrations(self.con, shared=self.shared, limit=limit)
+
     def _check_migrated(self) -> None:
-        try:
-            done = {v for v, _ in self.applied_migrations()}
-        except duckdb.CatalogException:
-            done = set()
-        missing = [name for version, name, _ in schema_files() if version not in done]
+        missing = migrations.unapplied(self.con)
         if missing:
             raise UsageError(
                 f"catalog {self.path} needs migration ({', '.join(missing)}): run a writing kdb command (`kdb ingest`, `kdb gc`) to upgrade it"

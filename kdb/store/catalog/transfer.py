@@ -13,9 +13,9 @@ from kdb.errors import KdbError
 from kdb.store.catalog.connection import CatalogConnection, literal
 from kdb.store.catalog.writer import ROW_SETS
 
-# Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations,
-# the shared catalog's commit counter and the ingested directories' metadata index (of one host).
-NOT_STAGED = ("snapshots", "schema_migrations", "kdb_commits", "file_stats")
+# Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations and
+# views applied, the shared catalog's commit counter and the ingested directories' metadata index (of one host).
+NOT_STAGED = ("snapshots", "schema_migrations", "schema_views", "kdb_commits", "file_stats")
 # The blobs a snapshot references ($1: its id): its files' and its imported profile files' (schema/011).
 SNAPSHOT_HASHES = (
     "SELECT hash FROM files WHERE snapshot_id = $1 UNION SELECT profile_hash FROM profile_files WHERE snapshot_id = $1"
