@@ -45,14 +45,54 @@ def cases(unpacked: dict[str, Path]) -> dict[str, list[str]]:
     return out
 
 
+def every_pair(names: list[str]) -> dict[str, list[str]]:
+    """Every corpus pair a user would diff: consecutive releases of one target, and neighbouring targets of one release."""
+    manifest = json.loads((ROOT / "corpus" / "manifest.json").read_text())["snapshots"]
+    by_target: dict[str, list[str]] = {}
+    by_release: dict[str, list[str]] = {}
+    for name in names:
+        by_target.setdefault(manifest[name]["target"], []).append(name)
+        by_release.setdefault(manifest[name]["triton_version"], []).append(name)
+    release = lambda n: tuple(int(p) for p in manifest[n]["triton_version"].split("."))  # noqa: E731
+    out: dict[str, list[str]] = {}
+    for tags in by_target.values():
+        tags.sort(key=release)
+        for a, b in zip(tags, tags[1:]):
+            for fmt in FORMATS:
+                out[f"every.{a}__{b}.{fmt}"] = [a, b, "--format", fmt]
+    for tags in by_release.values():
+        tags.sort()
+        for a, b in zip(tags, tags[1:]):
+            for fmt in FORMATS:
+                out[f"every.{a}__{b}.across.{fmt}"] = [a, b, "--across-targets", "--format", fmt]
+    return out
+
+
 def kdb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kdb", "--home", str(home), *args], capture_output=True, text=True)
+
+
+def write_reports_and_listings(home: Path, names: list[str], out: Path) -> None:
+    """`kdb report` of every same-target pair in SAME and ACROSS and of each snapshot alone; `kdb show` of each snapshot."""
+    for name in names:
+        r = kdb(home, "show", name)
+        (out / f"show.{name}.out").write_text(r.stdout)
+        (out / f"show.{name}.rc").write_text(f"{r.returncode}\n{r.stderr}")
+        r = kdb(home, "report", name, "-o", str(out / f"report.{name}.html"))
+        (out / f"report.{name}.rc").write_text(f"{r.returncode}\n{r.stderr}")
+    for a, b in SAME:
+        r = kdb(home, "report", a, b, "-o", str(out / f"report.{a}__{b}.html"))
+        (out / f"report.{a}__{b}.rc").write_text(f"{r.returncode}\n{r.stderr}")
+    for a, b in ACROSS:
+        r = kdb(home, "report", a, b, "--across-targets", "-o", str(out / f"report.{a}__{b}.html"))
+        (out / f"report.{a}__{b}.rc").write_text(f"{r.returncode}\n{r.stderr}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--compare", type=Path, help="a directory written by an earlier run")
+    parser.add_argument("--every-pair", action="store_true", help="also every consecutive-release and neighbouring-target pair, every report and listing")
     parser.add_argument("--unpack-dir", type=Path, default=Path("/tmp/kdb-diff-outputs-corpus"))
     args = parser.parse_args()
     manifest = json.loads((ROOT / "corpus" / "manifest.json").read_text())
@@ -70,10 +110,15 @@ def main() -> int:
             r = kdb(home, "ingest", str(unpacked[name]), "--tag", name, "-q")
             if r.returncode not in (0, 1):
                 sys.exit(f"ingest {name} failed ({r.returncode}): {r.stderr}")
-        for case, argv in cases(unpacked).items():
+        todo = cases(unpacked)
+        if args.every_pair:
+            todo.update(every_pair(names))
+        for case, argv in todo.items():
             r = kdb(home, "diff", *argv)
             (args.out / f"{case}.out").write_text(r.stdout)
             (args.out / f"{case}.rc").write_text(f"{r.returncode}\n{r.stderr}")
+        if args.every_pair:
+            write_reports_and_listings(home, names, args.out)
     if args.compare is None:
         return 0
     differ = []

@@ -6,13 +6,17 @@ object; the first that claims it analyses it. A new backend is one entry here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from kdb.analysis.amd.analyze import analyze_amd
+from kdb.analysis.amd.figures import AMD_ROLES
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, first_file
 from kdb.analysis.nvidia.analyze import analyze_nvidia
+from kdb.analysis.nvidia.figures import NVIDIA_ROLES
+from kdb.figures import FigureRoles, Wording, wording_for
 from kdb.triton.kernel_json import KernelMeta
 
 Analyze = Callable[[FolderAnalysis, dict[str, Any], str, KernelMeta, list[FolderFile], AnalysisOptions], None]
@@ -23,12 +27,38 @@ class Backend:
     name: str  # Triton's backend name in the kernel JSON
     code_object_kind: str  # walker kind of its code object
     analyze: Analyze
+    roles: FigureRoles  # what its figures mean, and the words its reports use (kdb/figures.py)
 
 
 BACKENDS: tuple[Backend, ...] = (
-    Backend("hip", "hsaco", analyze_amd),
-    Backend("cuda", "cubin", analyze_nvidia),
+    Backend("hip", "hsaco", analyze_amd, AMD_ROLES),
+    Backend("cuda", "cubin", analyze_nvidia, NVIDIA_ROLES),
 )
+_ROLES = {b.name: b.roles for b in BACKENDS}
+# A kernel whose backend kdb does not know: no register file, scratch or expected figure can be judged on it (a rule
+# that reads one is unknown, never a pass); tables and reports word it as the first backend's.
+UNKNOWN_ROLES = dataclasses.replace(
+    BACKENDS[0].roles,
+    backend="",
+    vendor="unknown",
+    register_rules=(),
+    spill_counts=(),
+    spill_memory=("local_bytes",),
+    scratch=(),
+    compiler_occupancy=None,
+    expected=(),
+)
+
+
+def roles_of(backend: str | None) -> FigureRoles:
+    """The figure roles of a backend named in the catalog (`hip`, `cuda`); UNKNOWN_ROLES for any other."""
+    return _ROLES.get(backend or "", UNKNOWN_ROLES)
+
+
+def wording_of(backends: Iterable[str | None]) -> Wording:
+    """The words of a report over kernels of these backends (an unknown one worded as the first backend)."""
+    present = {_ROLES.get(b or "", BACKENDS[0].roles).backend for b in backends}
+    return wording_for([b.roles for b in BACKENDS if b.name in present], BACKENDS[0].roles)
 
 
 def backend_for(meta: KernelMeta, files: list[FolderFile]) -> Backend | None:

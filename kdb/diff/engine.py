@@ -16,18 +16,18 @@ import functools
 import json
 from typing import Any
 
+from kdb.analysis.registry import roles_of
 from kdb.diff.isa import diff_text
 from kdb.diff.matching import Pairing, learn_defaults, match
 from kdb.diff.mix_sources import CommonMix, like_with_like, like_with_like_lines, sources_differ
 from kdb.diff.model import (
-    DEFAULT_MIN_MATCH,
     METRICS,
     REPORT_STATUSES,
+    DiffOptions,
     DiffResult,
     KernelDeepView,
     KernelDiff,
     KernelFacts,
-    Rule,
     Status,
 )
 from kdb.diff.rules import (
@@ -228,18 +228,15 @@ def ranked(result: DiffResult, rank: str) -> DiffResult:
     return dataclasses.replace(result, kernels=tuple(order))
 
 
+DEFAULT_OPTIONS = DiffOptions()
+
+
 def compare(
-    sa: Side,
-    sb: Side,
-    *,
-    across_targets: bool = False,
-    rules: list[Rule] | None = None,
-    min_match: float = DEFAULT_MIN_MATCH,
-    allow_unknown: bool = False,
+    sa: Side, sb: Side, options: DiffOptions = DEFAULT_OPTIONS
 ) -> tuple[DiffResult, dict[int, tuple[Row | None, Row | None]]]:
     """The result, and each KernelDiff's kernel rows (by id) for deep views."""
-    rules = rules or []
-    key = "identity_any_target" if across_targets else "identity"
+    rules = list(options.rules)
+    key = "identity_any_target" if options.across_targets else "identity"
     defaults = learn_defaults(sa.kernels, sb.kernels, key, f"A ({sa.label})", f"B ({sb.label})")
     pairings = match(sa.kernels, sb.kernels, key, defaults)
     common = like_with_like([p for p in pairings if p.status is None and sources_differ(p.a, p.b)], sa, sb)
@@ -271,7 +268,7 @@ def compare(
     result = DiffResult(
         sa.label,
         sb.label,
-        across_targets,
+        options.across_targets,
         tuple(kernels),
         tuple(rules),
         tuple(r.text for r in rules if r.text in fired_set),
@@ -279,42 +276,40 @@ def compare(
         len(sb.kernels),
         _targets(sa.kernels),
         _targets(sb.kernels),
-        min_match=min_match,
+        min_match=options.min_match,
         winners=winners,
         unknown_rules=unknown_rules,
-        allow_unknown=allow_unknown,
+        allow_unknown=options.allow_unknown,
         unknown_reasons=unknown_reasons(tuple(rules), unknown_rules, tuple(kernels)),
         assumptions=defaults.assumptions + missing_figure_lines(sa, sb) + like_with_like_lines(sa, sb, kernels, rows),
     )
     return dataclasses.replace(result, trust_problem=trust_problem(result)), rows
 
 
-# Figures whose absence is said in the assumption lines, per backend (what every kernel of it should have).
-EXPECTED_FIGURES: dict[str, tuple[str, ...]] = {
-    "hip": ("occupancy", "occupancy_llvm", "vgpr_count", "sgpr_count", "vgpr_spill_count", "scratch_bytes"),
-    "cuda": ("occupancy", "registers", "local_bytes"),
-}
-
-
 def missing_figure_lines(sa: Side, sb: Side) -> tuple[str, ...]:
-    """One line per (side, target, figure) that some kernels lack: how many, and the recorded reason."""
+    """One line per (side, target, figure) that some kernels lack: how many, and the recorded reason. The figures
+    every kernel of a backend should have are its roles' `expected` (kdb/figures.py)."""
     lines = []
     for label, side in (("A", sa), ("B", sb)):
         missing: dict[tuple[str, str, str], list[str]] = {}
-        llvm_known = {r["cache_key"]: r.get("occupancy_llvm") is not None for r in side.kernels}
+        # a kernel whose launch occupancy is unknown but whose compiler wrote one (LLVM's comment)
+        compiler_known: dict[str, bool] = {}
         for row in side.kernels:
             backend = row.get("backend") or ""
-            figures = EXPECTED_FIGURES.get(backend, ())
-            absent = [f for f in figures if row.get(f) is None]
+            roles = roles_of(backend)
+            absent = [f for f in roles.expected if row.get(f) is None]
             if not absent:
                 continue
+            compiler = roles.compiler_occupancy
+            compiler_known[row["cache_key"]] = compiler is not None and row.get(compiler) is not None
             facts = KernelFacts.from_row(row)
             target = f"{backend} {row.get('arch') or 'unknown target'}"
             for figure in absent:
-                missing.setdefault((target, figure, facts.why_unknown(figure)), []).append(row["cache_key"])
-        for (target, figure, why), keys in sorted(missing.items()):
+                launch = figure == roles.launch_occupancy
+                missing.setdefault((target, figure, facts.why_unknown(figure), launch), []).append(row["cache_key"])
+        for (target, figure, why, launch), keys in sorted(missing.items()):
             n = len(keys)
-            if figure == "occupancy" and all(llvm_known[k] for k in keys):
+            if launch and all(compiler_known[k] for k in keys):
                 lines.append(
                     f"{label} ({side.label}) {target}: launch occupancy unknown for {n} kernel{'s' * (n != 1)} "
                     f"({why}); occupancy from LLVM's comment only"
@@ -324,25 +319,12 @@ def missing_figure_lines(sa: Side, sb: Side) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def diff_sides(
-    sa: Side,
-    sb: Side,
-    *,
-    across_targets: bool = False,
-    rules: list[Rule] | None = None,
-    min_match: float = DEFAULT_MIN_MATCH,
-    kernel: str | None = None,
-    limit: int | None = None,
-    allow_unknown: bool = False,
-    raw_isa: bool = False,
-) -> tuple[DiffResult, list[KernelDeepView]]:
-    """Diff two loaded sides; with `kernel`, also the deep views of the first `limit` kernels it names
-    (in report order: worst first; `raw_isa`: their ISA diffed as the files hold it, kdb/diff/isa.py)."""
+def diff_sides(sa: Side, sb: Side, options: DiffOptions = DEFAULT_OPTIONS) -> tuple[DiffResult, list[KernelDeepView]]:
+    """Diff two loaded sides; with `options.kernel`, also the deep views of the first `options.limit` kernels it
+    names (in report order: worst first; `raw_isa`: their ISA diffed as the files hold it, kdb/diff/isa.py)."""
     with without_cycle_collector():
-        result, rows = compare(
-            sa, sb, across_targets=across_targets, rules=rules, min_match=min_match, allow_unknown=allow_unknown
-        )
-        views = deep_views(result, rows, sa, sb, kernel, limit, raw_isa) if kernel else []
+        result, rows = compare(sa, sb, options)
+        views = deep_views(result, rows, (sa, sb), options) if options.kernel else []
     return result, views
 
 
@@ -408,30 +390,22 @@ def _loop_rows(
 def deep_views(
     result: DiffResult,
     kernel_rows: dict[int, tuple[Row | None, Row | None]],
-    sa: Side,
-    sb: Side,
-    pattern: str,
-    limit: int | None = None,
-    raw_isa: bool = False,
+    sides: tuple[Side, Side],
+    options: DiffOptions,
 ) -> list[KernelDeepView]:
+    pattern, limit = options.kernel or "", options.limit
     chosen = select(result, pattern)
     if not chosen:
         raise UsageError(f"no kernel named or matching {pattern!r} in either snapshot")
-    return views_of(result, kernel_rows, sa, sb, chosen[:limit] if limit is not None else chosen, raw_isa)
+    return views_of(result, kernel_rows, *sides, chosen[:limit] if limit is not None else chosen, options.raw_isa)
 
 
 def report_sides(
-    sa: Side,
-    sb: Side,
-    *,
-    across_targets: bool = False,
-    rules: list[Rule] | None = None,
-    min_match: float = DEFAULT_MIN_MATCH,
-    limit: int = 50,
+    sa: Side, sb: Side, options: DiffOptions = DEFAULT_OPTIONS, limit: int = 50
 ) -> tuple[DiffResult, list[KernelDeepView]]:
     """Diff two loaded sides, with the deep views of the first `limit` changed kernels, worst first (`kdb report`)."""
     with without_cycle_collector():
-        result, rows = compare(sa, sb, across_targets=across_targets, rules=rules, min_match=min_match)
+        result, rows = compare(sa, sb, options)
         chosen = [k for k in result.kernels if k.status.changed][:limit]
         views = views_of(result, rows, sa, sb, chosen)
     return result, views

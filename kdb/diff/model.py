@@ -11,53 +11,15 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
-# Facts compared per matched pair, in display order.
-METRICS: tuple[str, ...] = (
-    "occupancy",
-    "occupancy_llvm",
-    "vgpr_count",
-    "agpr_count",
-    "sgpr_count",
-    "vgpr_spill_count",
-    "sgpr_spill_count",
-    "scratch_bytes",
-    "registers",
-    "stack_bytes",
-    "local_bytes",
-    "shared",
-    "lds_static",
-    "code_size",
-    "instr_count",
-)
+from kdb.figures import COMPARED, UNKNOWN_STAGES
+
+# Facts compared per matched pair, in display order, and the stages whose failure leaves each unknown.
+METRICS: tuple[str, ...] = COMPARED
 LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
-# The analysis stages (`analysis_problems.stage`) whose failure leaves each figure unknown, most specific first.
-UNKNOWN_STAGES: dict[str, tuple[str, ...]] = {
-    "occupancy": ("occupancy", "hsaco", "cubin", "json"),
-    "occupancy_llvm": ("occupancy", "amdgcn", "hsaco"),
-    "max_loop_depth": ("loops", "amdgcn", "hsaco", "cubin", "ptx"),
-    **{
-        c: ("hsaco", "cubin", "json")
-        for c in (
-            "vgpr_count",
-            "agpr_count",
-            "sgpr_count",
-            "vgpr_spill_count",
-            "sgpr_spill_count",
-            "scratch_bytes",
-            "registers",
-            "stack_bytes",
-            "local_bytes",
-        )
-    },
-}
 # Where the cost sits (issue 28; migration 010): loop nest, scratch per loop depth, distance to occupancy cliffs.
-LOOP_FACTS: tuple[str, ...] = (
-    "max_loop_depth",
-    "scratch_instr_in_loops",
-    "loop_weighted_scratch",
-    "scratch_by_loop_depth",
-    "registers_to_cliff",
-    "registers_to_gain",
+LOOP_FACTS: tuple[str, ...] = tuple(
+    """max_loop_depth scratch_instr_in_loops loop_weighted_scratch scratch_by_loop_depth registers_to_cliff
+    registers_to_gain""".split()
 )
 # Measured time (issue 29; migration 011): the kernel_times view's launches, ns and share of the run's GPU time.
 TIME_FACTS: tuple[str, ...] = ("measured_launches", "measured_ns", "measured_share")
@@ -104,6 +66,19 @@ class Rule:
     kind: str  # one of rules.SIMPLE_RULES, or a register rule name (vgpr, sgpr, agpr, registers)
     threshold: float = 0.0
     percent: bool = False
+
+
+@dataclass(frozen=True)
+class DiffOptions:
+    """What a diff is asked for, beside its two sides (the options of `kdb diff` and `kdb.api.Database.diff`)."""
+
+    across_targets: bool = False  # pair kernels across GPU targets (identity_any_target)
+    rules: tuple[Rule, ...] = ()  # --fail-on
+    min_match: float = DEFAULT_MIN_MATCH  # below this share of the smaller side paired, the comparison is untrusted
+    allow_unknown: bool = False  # a rule that met an unknown figure does not fail the gate
+    kernel: str | None = None  # --kernel: the deep views of the kernels it names
+    limit: int | None = None  # of those, the first N in report order
+    raw_isa: bool = False  # the deep views' ISA diffed as the files hold it
 
 
 class Status(Enum):
@@ -198,11 +173,11 @@ class KernelFacts:
         )
 
 
-def spills(facts: KernelFacts | None) -> int | None:
-    """VGPR plus SGPR spills; None when neither is recorded."""
+def spills(facts: KernelFacts | None, counts: tuple[str, ...]) -> int | None:
+    """The sum of a backend's spill counts (its roles' spill_counts); None when none is recorded."""
     if facts is None:
         return None
-    values = [facts.get("vgpr_spill_count"), facts.get("sgpr_spill_count")]
+    values = [facts.get(c) for c in counts]
     if all(v is None for v in values):
         return None
     return sum(v or 0 for v in values)

@@ -22,6 +22,7 @@ from kdb.diff.model import (
 from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, assumption_text, render_table, summary_line
 from kdb.diff.verdict import scratch_by_depth
 from kdb.diff.views import view_text
+from kdb.figures import WINNER_RESOURCES
 from kdb.render.tables import table_csv, to_json
 
 FORMATS = ("table", "json", "markdown", "csv")
@@ -102,20 +103,7 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
     return doc
 
 
-WINNER_FACTS = (
-    "registers",
-    "vgpr_count",
-    "agpr_count",
-    "sgpr_count",
-    "vgpr_spill_count",
-    "sgpr_spill_count",
-    "scratch_bytes",
-    "stack_bytes",
-    "local_bytes",
-    "occupancy",
-    "occupancy_limiter",
-    "occupancy_llvm",
-)
+WINNER_FACTS = WINNER_RESOURCES  # the `resources` of a winner in the JSON document, in their shipped order
 
 
 def _winner_side(w: Winner | None) -> dict[str, Any] | None:

@@ -7,9 +7,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kdb.analysis.registry import roles_of
 from kdb.diff import verdict
 from kdb.diff.model import DiffResult, KernelDiff, KernelFacts, Rule, Status, WinnerDiff, spills
 from kdb.errors import UsageError
+from kdb.figures import BY_COLUMN, SAID_UNKNOWN
 
 REGISTER_COLUMN = {"vgpr": "vgpr_count", "sgpr": "sgpr_count", "agpr": "agpr_count", "registers": "registers"}
 WINNER_RULES = ("winner-flip", "winner-spills")
@@ -96,7 +98,8 @@ def winner_worse(a: KernelFacts, b: KernelFacts) -> list[str]:
     """How B's winner's kernel folder is worse than A's: more spills, more scratch/stack/local memory,
     lower occupancy (each as `what a→b`); empty when it is not."""
     out = []
-    sa, sb = spills(a), spills(b)
+    counts = roles_of(a.backend or b.backend).spill_counts
+    sa, sb = spills(a, counts), spills(b, counts)
     if sa is not None and sb is not None and sb > sa:
         out.append(f"spills {sa}→{sb}")
     for col, what in (("scratch_bytes", "scratch"), ("stack_bytes", "stack"), ("local_bytes", "local memory")):
@@ -133,20 +136,19 @@ def evaluate_rule(rule: Rule, kd: KernelDiff) -> bool:
     return judge_rule(rule, kd) is True
 
 
-# Figures each rule reads, per backend. A register rule over a register file a backend does not have (VGPRs,
-# SGPRs, AGPRs of an NVIDIA kernel) cannot be judged there: unknown, so the gate fails closed (exit 8), never a pass.
-SCRATCH_FIGURES = {"hip": ("scratch_bytes",), "cuda": ("stack_bytes", "local_bytes")}
-REGISTER_BACKENDS = {"vgpr": ("hip",), "sgpr": ("hip",), "agpr": ("hip",), "registers": ("hip", "cuda")}
+# A register rule over a register file a backend does not have (VGPRs, SGPRs, AGPRs of an NVIDIA kernel) cannot be
+# judged there (each backend's register_rules, kdb/figures.py): unknown, so the gate fails closed (exit 8).
 REGISTER_FIGURE = {"vgpr": "VGPR count", "sgpr": "SGPR count", "agpr": "AGPR count", "registers": "register count"}
 
 
 def figure_absent(rule: Rule, backend: str | None) -> str | None:
     """Why `rule` can never be judged on a kernel of `backend` (`cuda kernels have no VGPR count`): the figure it
     reads does not exist for that backend. None when the backend has it."""
-    if rule.kind not in REGISTER_BACKENDS or (backend or "") in REGISTER_BACKENDS[rule.kind]:
+    roles = roles_of(backend)
+    if rule.kind not in REGISTER_COLUMN or rule.kind in roles.register_rules:
         return None
     where = f"{backend} kernels" if backend else "kernels of an unknown backend"
-    hint = " (registers:+N gates NVIDIA registers)" if backend == "cuda" else ""
+    hint = f" (registers:+N gates {roles.vendor} registers)" if "registers" in roles.register_rules else ""
     return f"{where} have no {REGISTER_FIGURE[rule.kind]}{hint}"
 
 
@@ -215,23 +217,26 @@ def _headroom_below(a: KernelFacts, b: KernelFacts, registers: int) -> bool | No
 
 
 def _occupancy_drop(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
-    columns = ("occupancy", "occupancy_llvm") if backend == "hip" else ("occupancy",)
+    columns = roles_of(backend).occupancy_columns()
     if _grew(b, a, columns):
         return True
     return False if any(_both(a, b, c) for c in columns) else None
 
 
 def _new_spills(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
-    if backend == "hip":
-        sa, sb = spills(a), spills(b)
+    roles = roles_of(backend)
+    if roles.spill_counts:
+        sa, sb = spills(a, roles.spill_counts), spills(b, roles.spill_counts)
         return None if sa is None or sb is None else sb > sa
-    if _grew(a, b, ("local_bytes",)):
-        return True
-    return False if _both(a, b, "local_bytes") else None
+    return _grew_all_known(a, b, roles.spill_memory)
 
 
 def _scratch_increase(a: KernelFacts, b: KernelFacts, backend: str) -> bool | None:
-    figures = SCRATCH_FIGURES.get(backend, ())
+    return _grew_all_known(a, b, roles_of(backend).scratch)
+
+
+def _grew_all_known(a: KernelFacts, b: KernelFacts, figures: tuple[str, ...]) -> bool | None:
+    """True: a figure grew; False: none did and every one is known on both sides; None: cannot say."""
     if _grew(a, b, figures):
         return True
     return False if figures and all(_both(a, b, c) for c in figures) else None
@@ -251,36 +256,13 @@ def _both(a: KernelFacts, b: KernelFacts, column: str) -> bool:
 def unknown_figures(a: KernelFacts, b: KernelFacts) -> list[str]:
     """'occupancy unknown in B: <why>' for each figure a paired kernel has on one side and not the other."""
     out = []
-    for column in (
-        "occupancy",
-        "occupancy_llvm",
-        "vgpr_count",
-        "sgpr_count",
-        "registers",
-        *_SPILL_LIKE,
-        "max_loop_depth",
-    ):
+    for column in SAID_UNKNOWN:
         va, vb = a.get(column), b.get(column)
         if (va is None) == (vb is None):
             continue
         side, facts = ("A", a) if va is None else ("B", b)
-        out.append(f"{_LABEL.get(column, column)} unknown in {side}: {facts.why_unknown(column)}")
+        out.append(f"{BY_COLUMN[column].label} unknown in {side}: {facts.why_unknown(column)}")
     return out
-
-
-_SPILL_LIKE = ("vgpr_spill_count", "scratch_bytes", "local_bytes", "stack_bytes")
-_LABEL = {
-    "occupancy": "occupancy",
-    "occupancy_llvm": "LLVM's occupancy",
-    "vgpr_count": "VGPRs",
-    "sgpr_count": "SGPRs",
-    "vgpr_spill_count": "VGPR spills",
-    "scratch_bytes": "scratch",
-    "local_bytes": "local memory",
-    "stack_bytes": "stack",
-    # A side without its loop nest cannot say whether spills sit in a loop: the loop-aware ranking is blind there.
-    "max_loop_depth": "loop depths",
-}
 
 
 def trust_problem(r: DiffResult) -> str | None:

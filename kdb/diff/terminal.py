@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kdb.analysis.registry import roles_of
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
 from kdb.diff.verdict import NEAR_CLIFF
 from kdb.diff.winners import listed, winner_lines, winners_summary
-from kdb.render.tables import elide_end, elide_middle, fitted_table, paint, shared_prefix
+from kdb.figures import FigureRoles
+from kdb.render.tables import TableLayout, elide_end, elide_middle, fitted_table, paint, shared_prefix
 
 ONLY = ("regressed", "improved", "changed", "fired", "new-spills", "unmatched")
 DEFAULT_WIDTH = 100
@@ -199,24 +201,18 @@ def time_cell(k: KernelDiff) -> str:
     return texts[0] if len(set(texts)) == 1 else "→".join(texts)
 
 
-def _cuda(k: KernelDiff) -> bool:
-    facts = k.facts
-    return facts is not None and facts.backend == "cuda"
+def roles_of_kernel(k: KernelDiff) -> FigureRoles:
+    return roles_of(k.facts.backend if k.facts is not None else None)
 
 
 def row(k: KernelDiff, key: str, name: str | None = None) -> list[str]:
     """The table's cells of one kernel: `key` as DiffResult.key_of prints it, `name` as display_names shows it."""
-    cuda = _cuda(k)
+    figures = roles_of_kernel(k).table_cells  # VGPRs, AGPRs, SGPRs, vspill, sspill, scratch in its backend's terms
     return [
         k.status.label,
         key,
         k.name if name is None else name,
-        _pair(k, "registers" if cuda else "vgpr_count"),
-        "" if cuda else _pair(k, "agpr_count"),
-        "" if cuda else _pair(k, "sgpr_count"),
-        "" if cuda else _pair(k, "vgpr_spill_count"),
-        "" if cuda else _pair(k, "sgpr_spill_count"),
-        _pair(k, "local_bytes" if cuda else "scratch_bytes"),
+        *("" if column is None else _pair(k, column) for column in figures),
         occupancy_cell(k),
         time_cell(k),
         k.first_changed_stage or "",
@@ -270,16 +266,20 @@ def winners_section(winners: tuple[WinnerDiff, ...], width: int, limit: int = FI
     return out
 
 
-def _table_notes(
-    r: DiffResult,
-    opts: TableOptions,
-    shown: list[KernelDiff],
-    cells: list[list[str]],
-    cut: int,
-    left_out: list[str],
-    name_note: str,
-) -> list[str]:
+@dataclass
+class _Drawn:
+    """What render_table drew: the kernels and their cells, how many `--top` cut, the columns left out."""
+
+    shown: list[KernelDiff]
+    cut: int
+    cells: list[list[str]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    name_note: str = ""
+
+
+def _table_notes(r: DiffResult, opts: TableOptions, drawn: _Drawn) -> list[str]:
     """The lines under the table: rows not shown, columns left out, what names and columns mean."""
+    shown, cells, cut, left_out, name_note = drawn.shown, drawn.cells, drawn.cut, drawn.left_out, drawn.name_note
     notes: list[str] = []
     if cut:
         notes.append(f"{cut} more rows not shown (--top {opts.top})")
@@ -300,8 +300,9 @@ def _table_notes(
         notes.append(textwrap.fill(LEGEND, max(opts.width, 40)))
     if any(c[HEADERS.index("time")] for c in cells):
         notes.append(textwrap.fill(TIME_NOTE, max(opts.width, 40)))
-    if any(_cuda(k) for k in shown):
-        notes.append("NVIDIA kernels: VGPRs = registers per thread, scratch = local memory bytes")
+    for roles in {r.backend: r for r in map(roles_of_kernel, shown) if r.wording.headers}.values():
+        words = roles.wording
+        notes.append(f"{roles.vendor} kernels: VGPRs = {words.register_title}, scratch = {words.scratch_title}")
     return notes
 
 
@@ -313,14 +314,12 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     if r.fired:
         out += "\n" + _fired_section(r, opts)
     shown, cut = rows_shown(r, opts)
-    name_note = ""
-    left_out: list[str] = []
-    cells: list[list[str]] = []
+    drawn = _Drawn(shown, cut)
     if shown:
         width = max(opts.width, 40)
-        names, name_note = display_names([k.name for k in shown])
+        names, drawn.name_note = display_names([k.name for k in shown])
         name_floor, reason_floor = (NAME_FLOOR, REASON_FLOOR) if width >= 80 else (12, 16)
-        cells = [row(k, r.key_of(k), name) for k, name in zip(shown, names, strict=True)]
+        cells = drawn.cells = [row(k, r.key_of(k), name) for k, name in zip(shown, names, strict=True)]
         # columns with nothing to say on any row (AGPRs 0 everywhere, an NVIDIA diff's SGPRs) are not drawn
         blank = {i for i in range(3, _REASON) if all(c[i] in ("", "0") for c in cells)}
         columns = [i for i in range(len(HEADERS)) if i not in blank]
@@ -329,18 +328,20 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
             [HEADERS[i] for i in columns],
             [[c[i] for i in columns] for c in cells],
             width,
-            elide={at[_NAME]: ("middle", name_floor), at[_REASON]: ("end", reason_floor)},
-            optional=[at[i] for i in OPTIONAL if i in at],
-            right=[at[i] for i in range(3, 9) if i in at],
-            row_styles=[STYLE.get(k.status) for k in shown],
-            color=opts.color,
-            wrap=[at[_REASON]],
-            head_share=NAME_HEAD_SHARE,
-            dropped=left_out,
+            TableLayout(
+                elide={at[_NAME]: ("middle", name_floor), at[_REASON]: ("end", reason_floor)},
+                optional=[at[i] for i in OPTIONAL if i in at],
+                right=[at[i] for i in range(3, 9) if i in at],
+                row_styles=[STYLE.get(k.status) for k in shown],
+                color=opts.color,
+                wrap=[at[_REASON]],
+                head_share=NAME_HEAD_SHARE,
+            ),
+            drawn.left_out,
         )
     elif opts.only:
         out += f"\nno kernel is {opts.only}\n"
-    notes = _table_notes(r, opts, shown, cells, cut, left_out, name_note)
+    notes = _table_notes(r, opts, drawn)
     if notes:
         out += "\n" + "\n".join(notes) + "\n"
     if r.winners:

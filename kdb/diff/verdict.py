@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdb.analysis.registry import roles_of
+
 LAUNCH_TIER = 4_000_000.0
 LOOP_SPILL_TIER = 3_600_000.0  # scratch grew inside a loop: above every spill growth outside loops
 SPILL_TIER = 3_000_000.0
@@ -83,17 +85,15 @@ def _changes(a: Mapping[str, Any], b: Mapping[str, Any], columns: list[tuple[str
 
 
 def spill_columns(backend: str | None) -> list[tuple[str, str, str]]:
-    """(column, label, unit) of the figures whose growth means memory spills."""
-    if backend == "cuda":
-        return [("local_bytes", "local memory", " B"), ("stack_bytes", "stack", " B")]
-    return [("vgpr_spill_count", "VGPR spills", ""), ("scratch_bytes", "scratch", " B")]
+    """(column, label, unit) of the figures whose growth means memory spills (the backend's verdict_spills)."""
+    roles = roles_of(backend)
+    return roles.sentence_columns(roles.verdict_spills)
 
 
 def resource_columns(backend: str | None) -> list[tuple[str, str, str]]:
-    if backend == "cuda":
-        return [("registers", "registers", ""), ("shared", "shared memory", " B")]
-    # vgpr_count already holds AGPRs on gfx90a+ (and max(VGPR, AGPR) on gfx908): AGPRs are not added again.
-    return [("vgpr_count", "VGPRs", ""), ("shared", "LDS", " B"), ("sgpr_spill_count", "SGPR spills", "")]
+    """(column, label, unit) of the figures whose growth means resource pressure (the backend's verdict_resources)."""
+    roles = roles_of(backend)
+    return roles.sentence_columns(roles.verdict_resources)
 
 
 def scratch_by_depth(row: Mapping[str, Any]) -> dict[int, int] | None:
@@ -153,8 +153,8 @@ def cliff_warning(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     va, vb = _num(a, "registers_to_cliff"), _num(b, "registers_to_cliff")
     if va is None or vb is None or not (vb < NEAR_CLIFF <= va):
         return None
-    cuda = (b.get("backend") or a.get("backend")) == "cuda"
-    unit, lost = ("register", "block") if cuda else ("VGPR", "wave")
+    roles = roles_of(b.get("backend") or a.get("backend"))
+    unit, lost = roles.register_word, roles.occupancy_step
     n = int(vb)
     if n == 0:  # one more register loses occupancy, or (at the register file's maximum) spills
         return f"at an occupancy cliff: no {unit} to spare before it loses a {lost} or spills ({_fmt(va)} in A)"
@@ -184,7 +184,7 @@ def why_unlaunchable(row: Mapping[str, Any]) -> str:
     limiter = row.get("occupancy_limiter")
     shared = _num(row, "shared")
     if limiter in ("lds", "shared") and shared is not None:
-        return f"asks {_fmt(shared)} B of {'shared memory' if row.get('backend') == 'cuda' else 'LDS'}"
+        return f"asks {_fmt(shared)} B of {roles_of(row.get('backend')).label('shared')}"
     return f"limited by {limiter}" if limiter else "occupancy 0"
 
 

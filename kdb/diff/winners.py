@@ -16,9 +16,11 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
-from kdb.diff.model import KernelFacts, Rule, Winner, WinnerDiff, short_key
+from kdb.analysis.registry import roles_of
+from kdb.diff.model import KernelFacts, Rule, Winner, WinnerDiff, short_key, spills
 from kdb.diff.rules import evaluate_winner_rule, winner_worse
 from kdb.diff.sides import Row, Side
+from kdb.figures import BY_COLUMN
 
 _ORDER = {"flip": 0, "only_a": 1, "only_b": 2, "same": 3}
 
@@ -152,25 +154,19 @@ def resources_text(w: Winner) -> str:
 
 def facts_text(f: KernelFacts) -> str:
     """A kernel folder's registers, spills or local memory, occupancy and short key, in one phrase."""
-    cuda = f.backend == "cuda"
-    items: list[tuple[str, Any]] = [("regs" if cuda else "VGPRs", f.get("registers" if cuda else "vgpr_count"))]
-    if cuda:
-        items.append(("local", _bytes(f.get("local_bytes"))))
-        if f.get("stack_bytes"):
-            items.append(("stack", _bytes(f.get("stack_bytes"))))
-    else:
-        items += [("spills", _sum(f.get("vgpr_spill_count"), f.get("sgpr_spill_count")))]
-        items.append(("scratch", _bytes(f.get("scratch_bytes"))))
+    roles = roles_of(f.backend)
+    items: list[tuple[str, Any]] = [(roles.register_abbrev, f.get(roles.registers))]
+    if roles.spill_counts:
+        items.append(("spills", spills(f, roles.spill_counts)))
+    items.append((roles.memory_abbrev, _bytes(f.get(roles.memory_spill))))
+    # more spill memory (NVIDIA's stack) only where there is some
+    items += [(BY_COLUMN[c].label, _bytes(f.get(c))) for c in roles.extra_memory if f.get(c)]
     occ = f.get("occupancy")
     if occ is not None:
         lim = f.get("occupancy_limiter")
         items.append(("occ", f"{occ}{' ' + lim if lim else ''}"))
     text = ", ".join(f"{k} {v}" for k, v in items if v is not None)
     return f"{text} [{short_key(f.cache_key)}]"
-
-
-def _sum(a: Any, b: Any) -> Any:
-    return None if a is None and b is None else (a or 0) + (b or 0)
 
 
 def _bytes(v: Any) -> str | None:

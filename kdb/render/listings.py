@@ -7,6 +7,7 @@ from typing import Any
 
 from kdb.render.profiles import render_kernel_times, render_relinked
 from kdb.render.tables import (
+    TableLayout,
     _cell,
     fitted_table,
     human_bytes,
@@ -51,7 +52,7 @@ def render_tags(snapshots: list[dict[str, Any]], fmt: str, width: int | None = N
     if fmt != "table" or width is None:
         return render_rows(list(TAG_HEADERS), rows, fmt)
     dropped: list[str] = []
-    text = fitted_table(TAG_HEADERS, rows, width, elide=TAG_ELIDE, optional=TAG_OPTIONAL, dropped=dropped)
+    text = fitted_table(TAG_HEADERS, rows, width, TableLayout(elide=TAG_ELIDE, optional=TAG_OPTIONAL), dropped)
     if dropped:
         text += textwrap.fill(f"not shown at this width: {', '.join(dropped)} (-f csv: all)", width) + "\n"
     return text
@@ -185,36 +186,12 @@ def gc_summary(result: Any) -> str:
     return out + "\n"
 
 
-KERNEL_HEADLINE = (
-    "name",
-    "cache_key",
-    "backend",
-    "arch",
-    "triton_version",
-    "num_warps",
-    "num_stages",
-    "shared",
-    "vgpr_count",
-    "agpr_count",
-    "sgpr_count",
-    "vgpr_spill_count",
-    "sgpr_spill_count",
-    "scratch_bytes",
-    "registers",
-    "stack_bytes",
-    "static_shared",
-    "code_size",
-    "occupancy_llvm",
-    "occupancy_llvm_limiter",
-    "occupancy",
-    "occupancy_limiter",
-    "occupancy_unit",
-    "vgpr_headroom",
-    "instr_source",
-    "instr_note",
-    "instr_count",
-    "spill_count",
-    "reload_count",
+# `kdb show --kernel`: the kernel's keys and launch, then its figures (kdb/figures.py) in their shipped order.
+KERNEL_HEADLINE = tuple(
+    """name cache_key backend arch triton_version num_warps num_stages shared vgpr_count agpr_count sgpr_count
+    vgpr_spill_count sgpr_spill_count scratch_bytes registers stack_bytes static_shared code_size occupancy_llvm
+    occupancy_llvm_limiter occupancy occupancy_limiter occupancy_unit vgpr_headroom instr_source instr_note
+    instr_count spill_count reload_count""".split()
 )
 
 

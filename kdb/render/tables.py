@@ -8,6 +8,7 @@ import io
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -197,18 +198,24 @@ def wrap_cell(text: str, width: int, lines: int = 2) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class TableLayout:
+    """How fitted_table fits its columns into the width (column indexes)."""
+
+    elide: dict[int, tuple[str, int]] = field(default_factory=dict)  # index -> ("middle" | "end", minimum width)
+    optional: Sequence[int] = ()  # dropped, in this order, while the table is too wide
+    right: Sequence[int] = ()  # right-aligned
+    row_styles: Sequence[str | None] | None = None  # paint each row's first cell
+    color: bool = False
+    wrap: Sequence[int] = ()  # a cell takes a second line before it is elided at its end
+    head_share: float = 0.5  # what middle elision keeps of the head
+
+
 def fitted_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[Any]],
     width: int,
-    *,
-    elide: dict[int, tuple[str, int]] | None = None,
-    optional: Sequence[int] = (),
-    right: Sequence[int] = (),
-    row_styles: Sequence[str | None] | None = None,
-    color: bool = False,
-    wrap: Sequence[int] = (),
-    head_share: float = 0.5,
+    layout: TableLayout = TableLayout(),  # noqa: B008 (frozen: one shared default is safe)
     dropped: list[str] | None = None,
 ) -> str:
     """An aligned table of one line per row within `width` characters. When too wide: the gap narrows to one
@@ -217,7 +224,8 @@ def fitted_table(
     width: its cells take a second line before they are elided at its end); a line still too long is cut.
     Only the first cell of a row is painted with its style; `head_share` is what middle elision keeps of the head;
     the headers of the optional columns left out are appended to `dropped`."""
-    elide = elide or {}
+    elide, optional, right, wrap = layout.elide, layout.optional, layout.right, layout.wrap
+    row_styles, color, head_share = layout.row_styles, layout.color, layout.head_share
     cells = [[_cell(v).replace("\n", " ") for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     keep = list(range(len(headers)))
@@ -289,7 +297,7 @@ def fitted_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: in
         picked,
         [[r[i] for i in keep] for r in shown],
         width,
-        elide={j: ("end", min(len(picked[j]) + 2, 24)) for j in range(len(picked))},
+        TableLayout(elide={j: ("end", min(len(picked[j]) + 2, 24)) for j in range(len(picked))}),
     )
     return text + _rows_note(len(rows), len(shown), n, len(keep))
 

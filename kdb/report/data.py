@@ -7,8 +7,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from kdb.analysis.registry import roles_of
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, key_length, short_key
-from kdb.diff.terminal import HEADERS, display_names, occupancy_cell, occupancy_text, row
+from kdb.diff.terminal import HEADERS, display_names, occupancy_cell, occupancy_text, roles_of_kernel, row
 from kdb.diff.views import deepdiff_lines, fact_rows
 
 VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
@@ -16,8 +17,7 @@ HOT_LINES = 10
 
 
 def _reg_column(k: KernelDiff) -> str:
-    facts = k.facts
-    return "registers" if facts is not None and facts.backend == "cuda" else "vgpr_count"
+    return roles_of_kernel(k).registers
 
 
 def _num(v: Any) -> float | None:
@@ -155,12 +155,11 @@ def spill_changes(r: DiffResult) -> list[dict[str, Any]]:
     for k in r.kernels:
         if not (k.status.paired and k.a and k.b):
             continue
-        cuda = k.a.backend == "cuda"
         deltas = {}
         for label, col in (
             ("VGPR spills", "vgpr_spill_count"),
             ("SGPR spills", "sgpr_spill_count"),
-            ("scratch bytes", "local_bytes" if cuda else "scratch_bytes"),
+            ("scratch bytes", roles_of(k.a.backend).memory_spill),
         ):
             a, b = _num(k.a.get(col)), _num(k.b.get(col))
             deltas[label] = (b - a) if a is not None and b is not None else 0.0
@@ -205,22 +204,16 @@ def snapshot_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     length = key_length(k["cache_key"] for k in kernels)
     for i, k in enumerate(kernels):
-        cuda = k.get("backend") == "cuda"
-        vgpr = k.get("registers") if cuda else k.get("vgpr_count")
-        scratch = k.get("local_bytes") if cuda else k.get("scratch_bytes")
+        roles = roles_of(k.get("backend"))
         occ = occupancy_text(k.get("occupancy"), k.get("occupancy_limiter"))
         lim = k.get("occupancy_limiter") or ""
         cells = [
             short_key(k["cache_key"], length),
             k["name"],
-            vgpr,
-            k.get("agpr_count"),
-            k.get("sgpr_count"),
-            k.get("vgpr_spill_count"),
-            k.get("sgpr_spill_count"),
-            scratch,
+            # the AMD columns (AGPRs, SGPRs, spills) stay empty on a backend without them
+            *(k.get(c) if c else None for c in roles.table_cells),
             f"{occ} {lim if occ != 'cannot launch' else ''}".strip(),
-            k.get("shared") if cuda else k.get("lds_static"),
+            k.get(roles.shared_listed),
         ]
         sort: list[Any] = [c if isinstance(c, (int, float)) else None for c in cells]
         sort[0], sort[1] = cells[0], cells[1]
@@ -240,7 +233,7 @@ def occupancy_by_limiter(kernels: list[dict[str, Any]]) -> dict[str, dict[str, i
 
 def registers_of(row: dict[str, Any]) -> float | None:
     """VGPRs of a `kernels` row (NVIDIA: registers per thread), the one count the plots draw."""
-    return _num(row.get("registers") if row.get("backend") == "cuda" else row.get("vgpr_count"))
+    return _num(row.get(roles_of(row.get("backend")).registers))
 
 
 def register_values(kernels: list[dict[str, Any]]) -> list[float]:
@@ -252,7 +245,7 @@ def spilling(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     length = key_length(k["cache_key"] for k in kernels)
     for k in kernels:
-        scratch = _num(k.get("local_bytes") if k.get("backend") == "cuda" else k.get("scratch_bytes")) or 0.0
+        scratch = _num(k.get(roles_of(k.get("backend")).memory_spill)) or 0.0
         spills = (_num(k.get("vgpr_spill_count")) or 0.0) + (_num(k.get("sgpr_spill_count")) or 0.0)
         if scratch or spills:
             key = short_key(k["cache_key"], length)

@@ -14,8 +14,10 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from kdb.analysis.registry import roles_of, wording_of
 from kdb.diff.model import DiffResult, KernelDeepView
 from kdb.diff.terminal import HEADERS, summary_line
+from kdb.figures import Wording
 from kdb.report import autotune, data
 
 COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
@@ -147,29 +149,14 @@ def _layout(title: str, **kw: Any) -> dict[str, Any]:
     return {**out, **kw}
 
 
-def register_title(backends: set[str | None]) -> str:
-    """What the register axis counts, worded for the vendors present."""
-    if backends == {"cuda"}:
-        return "registers per thread"
-    if "cuda" in backends:
-        return "VGPRs (AMD) / registers per thread (NVIDIA)"
-    return "VGPRs"
+def vendor_headers(headers: Sequence[str], words: Wording) -> list[str]:
+    """Column headers in the words of the report's one backend (NVIDIA: registers, local memory, shared memory)."""
+    return [words.headers.get(h, h) for h in headers]
 
 
-def scratch_title(backends: set[str | None]) -> str:
-    if backends == {"cuda"}:
-        return "local memory bytes"
-    if "cuda" in backends:
-        return "scratch / local memory bytes"
-    return "scratch bytes"
-
-
-NVIDIA_HEADERS = {"VGPRs": "registers", "scratch": "local", "LDS": "shared"}
-
-
-def vendor_headers(headers: Sequence[str], backends: set[str | None]) -> list[str]:
-    """Column headers in an NVIDIA-only report's words (registers, local memory, shared memory)."""
-    return [NVIDIA_HEADERS.get(h, h) for h in headers] if backends == {"cuda"} else list(headers)
+def spill_counts_of(backends: set[str | None]) -> bool:
+    """Whether a backend present counts spilled registers (AMD's VGPR/SGPR spills), so the plots draw them."""
+    return any(roles_of(b).spill_counts for b in backends)
 
 
 def log_ticks(values: Sequence[float]) -> dict[str, Any]:
@@ -223,10 +210,10 @@ def _a_vs_b_traces(
     return traces
 
 
-def _loop_scratch_figure(r: DiffResult, backends: set[str | None]) -> tuple[dict[str, Any], int]:
+def _loop_scratch_figure(r: DiffResult, words: Wording) -> tuple[dict[str, Any], int]:
     """Loop-weighted scratch, A vs B: each scratch / local-memory instruction weighted 32 per loop depth
     (kdb/analysis/loops.py), so a kernel whose spills moved into a loop rises far above the diagonal."""
-    what = "local-memory" if backends == {"cuda"} else "scratch" if "cuda" not in backends else "scratch/local"
+    what = words.scratch_word
     points = data.loop_scratch_points(r)
     values = [v for ps in points.values() for p in ps for v in (p["x"], p["y"]) if v > 0]
     # log axes: a side with no scratch is drawn at 1 (the hover text gives the real figure)
@@ -245,16 +232,17 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     figs: dict[str, Any] = {}
     marks: dict[str, int] = {}
     backends = {k.facts.backend for k in r.kernels if k.facts is not None}
-    regs = register_title(backends)
+    words = wording_of(backends)
+    regs = words.register_title
     points = data.vgpr_points(r)
     traces = _a_vs_b_traces(points, 0, "%{text}<br>A %{x} → B %{y}", lambda p: p["text"])
     layout = _layout(
         f"{regs}, A vs B", xaxis={"title": {"text": f"A: {regs}"}}, yaxis={"title": {"text": f"B: {regs}"}}
     )
     figs["plot-vgpr"], marks["plot-vgpr"] = _figure(traces, layout), sum(len(ps) for ps in points.values())
-    figs["plot-loop-scratch"], marks["plot-loop-scratch"] = _loop_scratch_figure(r, backends)
+    figs["plot-loop-scratch"], marks["plot-loop-scratch"] = _loop_scratch_figure(r, words)
     la, lb, z = data.occupancy_transitions(r)
-    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    unit = words.occupancy_unit
     heat = {
         "type": "heatmap",
         "x": lb,
@@ -272,13 +260,9 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     figs["plot-occupancy"], marks["plot-occupancy"] = _figure([heat], layout), sum(1 for zr in z for c in zr if c)
     changes = data.spill_changes(r)
     shown = changes[:SPILL_BARS]
-    series = [
-        ("VGPR spills", "VGPR spills"),
-        ("SGPR spills", "SGPR spills"),
-        ("scratch bytes", scratch_title(backends)),
-    ]
-    if backends == {"cuda"}:
-        series = [("scratch bytes", scratch_title(backends))]
+    series = [("scratch bytes", words.scratch_title)]
+    if spill_counts_of(backends):
+        series = [("VGPR spills", "VGPR spills"), ("SGPR spills", "SGPR spills"), *series]
     bars = [
         {
             "type": "bar",
@@ -290,7 +274,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
         }
         for label, name in series
     ]
-    title = "spill and scratch changes (B − A)" if "cuda" not in backends else "spill / local memory changes (B − A)"
+    title = words.spill_title
     if len(changes) > len(shown):
         title += f": the {len(shown)} largest of {len(changes)}"
     layout = _layout(
@@ -334,11 +318,11 @@ def autotune_section(
     figs: dict[str, Any] = {}
     marks: dict[str, int] = {}
     drawn = sum(len(ps) for ps in traces.values())
-    backends = {row.get("backend") for _, rows in sides for row in rows if row.get("backend")}
-    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    words = wording_of({row.get("backend") for _, rows in sides for row in rows if row.get("backend")})
+    unit = words.occupancy_unit
     ticks = log_ticks([p["time"] for ps in traces.values() for p in ps])
     for element, x_key, x_title in (
-        ("plot-autotune-registers", "regs", f"{register_title(backends)} of the config's folder"),
+        ("plot-autotune-registers", "regs", f"{words.register_title} of the config's folder"),
         ("plot-autotune-occupancy", "occupancy", f"occupancy ({unit}) of the config's folder"),
     ):
         scatter = []
@@ -439,9 +423,9 @@ def diff_report(
     subtitle += "".join(f"\nassumed: {line}" for line in r.assumptions)
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
-    backends = {k.facts.backend for k in r.kernels if k.facts is not None}
+    words = wording_of({k.facts.backend for k in r.kernels if k.facts is not None})
     return _page(
-        title, subtitle, list(figs), vendor_headers([h for h in HEADERS if h != "time"], backends), payload, extra
+        title, subtitle, list(figs), vendor_headers([h for h in HEADERS if h != "time"], words), payload, extra
     )
 
 
@@ -463,7 +447,8 @@ def snapshot_report(
         {o for c in by_limiter.values() for o in c}, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0)
     )
     backends = {k.get("backend") for k in kernels}
-    unit = "warps per SM" if backends == {"cuda"} else "waves per SIMD" if "cuda" not in backends else "occupancy"
+    words = wording_of(backends)
+    unit = words.occupancy_unit
     bars = [
         {"type": "bar", "x": list(counts), "y": list(counts.values()), "name": lim}
         for lim, counts in by_limiter.items()
@@ -476,13 +461,15 @@ def snapshot_report(
     )
     figs["plot-limiter"], marks["plot-limiter"] = _figure(bars, layout), sum(len(c) for c in by_limiter.values())
     regs = data.register_values(kernels)
-    title = register_title(backends)
+    title = words.register_title
     hist = {"type": "histogram", "x": regs, "nbinsx": 32, "marker": {"color": "#1f77b4"}}
     layout = _layout(f"{title} per kernel", xaxis={"title": {"text": title}}, yaxis={"title": {"text": "kernels"}})
     figs["plot-registers"], marks["plot-registers"] = _figure([hist], layout), len(regs)
     spill = data.spilling(kernels)
     shown = spill[:SPILL_BARS]
-    series = [("scratch", scratch_title(backends))] + ([("spills", "VGPR + SGPR spills")] if "hip" in backends else [])
+    series = [("scratch", words.scratch_title)] + (
+        [("spills", "VGPR + SGPR spills")] if spill_counts_of(backends) else []
+    )
     bars = [
         {
             "type": "bar",
@@ -495,7 +482,7 @@ def snapshot_report(
         for key, name in series
     ]
     title = "spilling kernels" + (
-        f": the {len(shown)} with the most {scratch_title(backends)} of {len(spill)}" if len(spill) > len(shown) else ""
+        f": the {len(shown)} with the most {words.scratch_title} of {len(spill)}" if len(spill) > len(shown) else ""
     )
     layout = _layout(
         title,
@@ -507,7 +494,7 @@ def snapshot_report(
     )
     figs["plot-spilling"], marks["plot-spilling"] = _figure(bars, layout), len(shown)
     rows = data.snapshot_rows(kernels)
-    headers = vendor_headers(data.SNAPSHOT_HEADERS, backends)
+    headers = vendor_headers(data.SNAPSHOT_HEADERS, words)
     drill = {}
     for r, k in zip(rows, kernels, strict=True):
         facts = [[h, c, "", "", ""] for h, c in zip(headers, r["cells"], strict=True)]
