@@ -35,6 +35,21 @@ MAX_SECTIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
+class BitField:
+    """Bits SHIFT .. SHIFT + WIDTH - 1 of a header or register word, under the name its owner's headers give it."""
+
+    name: str
+    shift: int
+    width: int
+
+    def get(self, word: int) -> int:
+        return (word >> self.shift) & ((1 << self.width) - 1)
+
+    def is_set(self, word: int) -> bool:
+        return bool(self.get(word))
+
+
+@dataclass(frozen=True, slots=True)
 class Header:
     machine: int
     flags: int

@@ -10,22 +10,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kdb.analysis.elf64 import BitField
+
 KERNEL_DESCRIPTOR_SIZE = 64
-
-
-@dataclass(frozen=True, slots=True)
-class BitField:
-    """Bits SHIFT .. SHIFT + WIDTH - 1 of a register word."""
-
-    name: str
-    shift: int
-    width: int
-
-    def get(self, word: int) -> int:
-        return (word >> self.shift) & ((1 << self.width) - 1)
-
-    def is_set(self, word: int) -> bool:
-        return bool(self.get(word))
 
 
 # COMPUTE_PGM_RSRC1 (the GFX10_PLUS prefix: the field exists from gfx10 on)
