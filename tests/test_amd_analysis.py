@@ -21,7 +21,8 @@ import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
 
 from kdb.analysis.amd import disasm
-from kdb.analysis.amd.amdgcn import GROUPS, classify, parse_amdgcn
+from kdb.analysis.amd.amdgcn import parse_amdgcn
+from kdb.analysis.amd.groups import GROUPS, classify
 from kdb.analysis.amd.hsaco import parse_hsaco
 from kdb.analysis.amd.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
 from kdb.analysis.folder import analyze_folder

@@ -1,6 +1,6 @@
 """The `.amdgcn` assembly Triton writes: instruction mix, spills, source lines and LLVM's `; Kernel info` block.
 
-Instruction groups follow shared/reference/instruction-mix.md (first match wins).
+Instruction groups: kdb.analysis.amd.groups.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kdb.analysis.amd.groups import mnemonic_group, operand_flags
 from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
@@ -40,114 +41,6 @@ KERNEL_INFO_LINE_RE = re.compile(r"^;\s*(?P<body>\S.*)$")
 AMDHSA_DIRECTIVE_RE = re.compile(r"^\.amdhsa_(\w+)\s+(-?\d{1,19})\b")
 #   .vgpr_count:     334      (a key of a kernel map in the `.amdgpu_metadata` YAML)
 YAML_KEY_RE = re.compile(r"^(?P<indent> *)(?P<dash>- )?\.(?P<key>\w+):(?P<value>.*)$")
-# `buffer_store_dword v1, off, s[0:3], 0 offset:4`: MUBUF with no vaddr, addressing the scratch descriptor
-MUBUF_SCRATCH_OPERANDS_RE = re.compile(r"^[^,]+,\s*off\s*,\s*s\[")
-
-# buffer_load_dword v1, s[4:7], 0 offen lds      (MUBUF loading straight into LDS: a modifier, not a mnemonic)
-LDS_MODIFIER_RE = re.compile(r"\blds\b")
-
-GROUPS = (
-    "matrix",
-    "agpr_move",
-    "scratch",
-    "lds_dma",
-    "lds",
-    "scalar_mem",
-    "vmem_load",
-    "vmem_store",
-    "vmem_atomic",
-    "wait",
-    "barrier",
-    "branch",
-    "nop",
-    "sched",
-    "conversion",
-    "transcendental",
-    "valu",
-    "salu",
-    "other",
-)
-
-_PREFIX_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("matrix", ("v_mfma", "v_smfmac", "v_wmma", "v_swmmac")),
-    ("agpr_move", ("v_accvgpr_read", "v_accvgpr_write", "v_accvgpr_mov")),
-    ("scratch", ("scratch_",)),
-    ("lds_dma", ("global_load_lds_",)),
-    ("lds", ("ds_",)),
-    (
-        "scalar_mem",
-        (
-            "s_load",
-            "s_buffer_load",
-            "s_store",
-            "s_buffer_store",
-            "s_dcache",
-            "s_memtime",
-            "s_prefetch_data",
-            "s_atomic",
-        ),
-    ),
-    (
-        "vmem_load",
-        ("global_load", "buffer_load", "flat_load", "image_load", "image_sample", "image_gather", "tbuffer_load"),
-    ),
-    ("vmem_store", ("global_store", "buffer_store", "flat_store", "image_store", "tbuffer_store")),
-    ("vmem_atomic", ("global_atomic", "buffer_atomic", "flat_atomic", "image_atomic")),
-    ("wait", ("s_waitcnt", "s_wait_")),
-    ("barrier", ("s_barrier",)),
-    ("branch", ("s_branch", "s_cbranch_", "s_setpc", "s_swappc", "s_getpc", "s_call", "s_endpgm", "s_trap")),
-    ("nop", ("s_nop", "s_code_end")),
-    ("sched", ("s_delay_alu", "s_setprio", "s_sleep", "s_clause", "s_sched_")),
-    ("conversion", ("v_cvt_",)),
-    (
-        "transcendental",
-        (
-            "v_exp_",
-            "v_log_",
-            "v_rcp_",
-            "v_rsq_",
-            "v_sqrt_",
-            "v_sin_",
-            "v_cos_",
-            "v_s_exp_",
-            "v_s_log_",
-            "v_s_rcp_",
-            "v_s_rsq_",
-            "v_s_sqrt_",
-        ),
-    ),
-    ("valu", ("v_",)),
-    ("salu", ("s_",)),
-)
-
-
-def classify(mnemonic: str, private_segment: bool, operands: str | None = None) -> str:
-    """Group of one mnemonic. MUBUF buffer_load/store count as scratch when the kernel has a private
-    segment and, if operands are given, they address it with no vaddr (`off, s[..]`); with only a
-    mnemonic (disassembler counts) every such MUBUF access of a scratch-using kernel counts as scratch."""
-    return _group(mnemonic.lower(), private_segment, *_operand_flags(operands))
-
-
-def _operand_flags(operands: str | None) -> tuple[bool, bool | None]:
-    """(has the `lds` modifier, addresses scratch with no vaddr); None: operands unknown."""
-    if operands is None:
-        return False, None
-    return LDS_MODIFIER_RE.search(operands) is not None, MUBUF_SCRATCH_OPERANDS_RE.match(operands) is not None
-
-
-def _group(mnemonic: str, private_segment: bool, lds_modifier: bool, scratch_operands: bool | None) -> str:
-    if mnemonic.startswith("buffer_load") and ("_lds" in mnemonic or lds_modifier):
-        return "lds_dma"
-    if (
-        private_segment
-        and mnemonic.startswith(("buffer_load", "buffer_store"))
-        and (scratch_operands is None or scratch_operands)
-    ):
-        return "scratch"
-    for group, prefixes in _PREFIX_GROUPS:
-        if mnemonic.startswith(prefixes):
-            return group
-    return "other"
 
 
 @dataclass(frozen=True)
@@ -302,7 +195,7 @@ def parse_amdgcn(text: str) -> AsmListing:  # noqa: C901 (one line-by-line state
             valid = mnemonic_ok[token] = MNEMONIC_RE.match(token) is not None
         if not valid:
             continue
-        flags = _operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") else _NO_OPERAND_FLAGS
+        flags = operand_flags(parts[1] if len(parts) > 1 else "") if token.startswith("buffer_") else _NO_OPERAND_FLAGS
         key = (token, loc_file, loc_line, flags)
         current.counts[key] += 1
         current.keys.append(key)
@@ -427,7 +320,7 @@ def _finish(building: _Building, metadata: dict[str, int | str | bool]) -> AsmKe
     group_of: dict[tuple[str, str, int, tuple[bool, bool | None]], str] = {}
     for key, count in building.counts.items():
         mnemonic, file, line, flags = key
-        group = group_of[key] = _group(mnemonic, private, *flags)
+        group = group_of[key] = mnemonic_group(mnemonic, private, *flags)
         instruction_count += count
         mnemonics[mnemonic] += count
         groups[group] += count

@@ -7,8 +7,9 @@ from collections import Counter
 from typing import Any
 
 from kdb.analysis.amd import occupancy
-from kdb.analysis.amd.amdgcn import AsmKernel, AsmListing, classify, parse_amdgcn
+from kdb.analysis.amd.amdgcn import AsmKernel, AsmListing, parse_amdgcn
 from kdb.analysis.amd.disasm import disassemble
+from kdb.analysis.amd.groups import classify
 from kdb.analysis.amd.hsaco import CodeObject, KernelObject, parse_hsaco
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, processor_name, processor_table
 from kdb.analysis.model import (
