@@ -27,7 +27,7 @@ def main() -> int:
     engine._same_mix = lambda a, b: False  # the worst case: no pair is known equal by digest
     h = Home(Path(home))
     with Catalog.open(h.catalog_path, read_only=True) as catalog:
-        sides = [load_side(catalog, h.store, tag, tag) for tag in (tag_a, tag_b)]
+        sides = [load_side(catalog.diffs, h.store, tag, tag) for tag in (tag_a, tag_b)]
         result, _ = engine.diff_sides(*sides)
     compared = sum(1 for k in result.kernels if k.a and k.b)
     print(f"{result.summary}; mnemonic counts compared for {compared} pairs; {time.perf_counter() - started:.2f} s")

@@ -80,7 +80,7 @@ def test_upgrade_from_first_migration_keeps_data(tmp_path):
     )
     con.close()
     with Catalog.open(path) as catalog:
-        assert [s["tag"] for s in catalog.list_snapshots()] == ["old"]
+        assert [s["tag"] for s in catalog.queries.list_snapshots()] == ["old"]
         assert len(catalog.applied_migrations()) == len(schema_files())
 
 

@@ -179,7 +179,7 @@ def test_cuda_launch_rules_apply_to_cuda_folders_only(home, tree, tmp_path, caps
     assert {launch.backend for launch in profile.launches} == {"cuda"}  # its deviceProperties: Kineto's CUDA build
     names = sorted({launch.name for launch in profile.launches})
     with Catalog.open(Home(home).catalog, read_only=True, wait_s=60) as catalog:
-        folders = folders_by_kernel(Home(home), catalog.profile_folders(AMD_TAG, names))
+        folders = folders_by_kernel(Home(home), catalog.profiles.profile_folders(AMD_TAG, names))
     assert {f.backend for fs in folders.values() for f in fs} == {"hip"}
     assert all(link_launches(launch, folders.get(launch.name, [])).cache_key is None for launch in profile.launches)
 

@@ -131,8 +131,8 @@ def test_without_learning_the_relabelled_release_would_pair_nothing(unknown_home
 
     home, _ = unknown_home
     with Catalog.open(Home(home).catalog, read_only=True) as cat:
-        a = {k["cache_key"]: k for k in cat.diff_kernels("base")}
-        b = {k["cache_key"]: k for k in cat.diff_kernels("relabelled")}
+        a = {k["cache_key"]: k for k in cat.diffs.diff_kernels("base")}
+        b = {k["cache_key"]: k for k in cat.diffs.diff_kernels("relabelled")}
     key = sorted(a)[0]
     oa, ob = json.loads(a[key]["identity_options"]), json.loads(b[key]["identity_options"])
     assert ob["triton_version"] == "3.10.0" and oa["values"]["schedule_hint"] != ob["values"]["schedule_hint"]

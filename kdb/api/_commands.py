@@ -78,7 +78,7 @@ def snapshots(session: Session) -> list[dict[str, Any]]:
     if not session.home.has_catalog():
         return []
     with session.reader() as catalog:
-        return catalog.list_snapshots()
+        return catalog.queries.list_snapshots()
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _read_snapshot(session: Session, tag: str) -> None:
 def show_snapshot(session: Session, tag: str) -> SnapshotShown:
     _read_snapshot(session, tag)
     with session.reader() as catalog:
-        return SnapshotShown(catalog.get_snapshot(tag), catalog.kind_counts(tag), catalog.snapshot_problems(tag))
+        return SnapshotShown(catalog.queries.get_snapshot(tag), catalog.queries.kind_counts(tag), catalog.queries.snapshot_problems(tag))
 
 
 def show_kernels(session: Session, tag: str, pattern: str) -> list[dict[str, Any]]:

@@ -99,7 +99,7 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
             limit=r.limit,
             raw_isa=r.raw_isa,
         )
-        result, views = diff_sides(*sides, options)
+        result, views = diff_sides(sides[0], sides[1], options)
     if r.rank == "time" and all(k.measured_ns is None for k in result.kernels):
         session.notice("--rank time: no kernel of either side has measured time (kdb profile import FILE --tag TAG)")
     result = ranked(result, r.rank)

@@ -82,7 +82,7 @@ def exit_code(result: DiffResult) -> ExitCode:
 def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, Any]]:
     """`kdb show TAG --kernel PATTERN`'s kernels: each row of the `kernels` view with its analysis, mix, hot
     lines, problems and measured times. UsageError when nothing matches or a cache-key prefix names several kernels."""
-    rows = catalog.kernel_rows(tag, pattern)
+    rows = catalog.queries.kernel_rows(tag, pattern)
     if not rows:
         raise UsageError(f"no kernel matching {pattern!r} in snapshot {tag!r}")
     by_prefix = {r["cache_key"] for r in rows if r["name"] != pattern}
@@ -90,7 +90,7 @@ def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, A
         keys = ", ".join(sorted(k[: len(pattern) + 4] for k in by_prefix)[:5])
         raise UsageError(f"cache-key prefix {pattern!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)")
     return [
-        {**row, **catalog.kernel_detail(tag, row["cache_key"]), "times": catalog.profile_times(tag, row["cache_key"])}
+        {**row, **catalog.queries.kernel_detail(tag, row["cache_key"]), "times": catalog.profiles.profile_times(tag, row["cache_key"])}
         for row in rows
     ]
 
@@ -99,14 +99,14 @@ def snapshot_page(catalog: Catalog, tag: str, label: str) -> str:
     """`kdb report TAG`: the HTML page of one snapshot."""
     from kdb.report import html as report_html
 
-    kernels = catalog.kernel_rows(tag, "*")
+    kernels = catalog.queries.kernel_rows(tag, "*")
     keys = [k["cache_key"] for k in kernels]
-    lines, mixes = catalog.source_lines_of(tag, keys), catalog.diff_instr_mix(tag, keys)
+    lines, mixes = catalog.diffs.source_lines_of(tag, keys), catalog.diffs.diff_instr_mix(tag, keys)
     details = {
         key: {"lines": lines.get(key, []), "mix": [{"grp": g, "count": c} for _, g, c in mixes.get(key, [])]}
         for key in keys
     }
-    return report_html.snapshot_report(label, kernels, details, catalog.autotune_configs(tag))
+    return report_html.snapshot_report(label, kernels, details, catalog.diffs.autotune_configs(tag))
 
 
 def diff_page(sa: Side, sb: Side, *, across_targets: bool = False, limit: int = 50) -> str:

@@ -112,7 +112,7 @@ class Kdb:
         if not self._record_captures().has_catalog():
             return []
         with self._reader() as catalog:
-            return [Snapshot(**row) for row in catalog.list_snapshots()]
+            return [Snapshot(**row) for row in catalog.queries.list_snapshots()]
 
     @api_errors
     def kernels(self, tag: str) -> Relation:

@@ -81,4 +81,4 @@ def open_side(session: Session, ref: str, *, directories: bool = True) -> Iterat
     from kdb.diff.sides import load_side
 
     with open_source(session, ref, directories=directories) as source:
-        yield load_side(source.catalog, source.store, source.tag, source.label)
+        yield load_side(source.catalog.diffs, source.store, source.tag, source.label)

@@ -81,7 +81,7 @@ def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float
     from kdb.store.catalog import Catalog
 
     with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
-        rows = catalog.capture_index(layout.tag, keys)
+        rows = catalog.queries.capture_index(layout.tag, keys)
     folders: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
     for key, folder_digest, name, digest, size in rows:
         folders.setdefault(key, (folder_digest, {}))[1][name] = (digest, size)
@@ -100,10 +100,10 @@ def check_own_snapshot(home: Home, tag: str, wait_s: float, *, writing: bool = F
     try:
         if writing:
             with home.writer(wait_s), Catalog.open(home.catalog, wait_s=wait_s) as catalog:
-                labels = catalog.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
+                labels = catalog.queries.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
         else:
             with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
-                labels = catalog.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
+                labels = catalog.queries.get_snapshot(tag)["labels"] if catalog.snapshot_id(tag) is not None else None
     except CatalogBusy:
         raise
     except Exception:  # noqa: BLE001 - only the look is given up: the commit opens the catalog itself and says why

@@ -13,7 +13,7 @@ from typing import Any
 
 from kdb.errors import ParseError, UntrustedComparison
 from kdb.store.blobs import BlobStore
-from kdb.store.catalog import Catalog
+from kdb.store.catalog import DiffQueries
 from kdb.triton.identity import IDENTITY_VERSION, kernel_identity
 from kdb.triton.kernel_json import parse_kernel_json
 from kdb.triton.normalize import STAGE_KINDS, normalise_stage
@@ -26,7 +26,7 @@ class Side:
     label: str
     store: BlobStore
     tag: str
-    catalog: Catalog
+    catalog: DiffQueries
     kernels: list[Row]  # with instr_mix_digest and instr_groups: enough for an unchanged mix
     mnemonics: dict[str, dict[str, int]] = field(default_factory=dict)  # filled by load_mnemonics
     files: dict[str, list[Row]] | None = None  # filled on first use
@@ -122,7 +122,7 @@ class Side:
         return None
 
 
-def load_side(catalog: Catalog, store: BlobStore, tag: str, label: str) -> Side:
+def load_side(catalog: DiffQueries, store: BlobStore, tag: str, label: str) -> Side:
     """Read a snapshot's kernel rows (TagError when the catalog has no such tag)."""
     with without_cycle_collector():
         kernels = catalog.diff_kernels(tag)

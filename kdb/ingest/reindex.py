@@ -28,10 +28,10 @@ def reindex(
     store = home.store
     done: dict[str, int] = {}
     with home.writer(lock_wait_s), Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-        tags = tags or [s["tag"] for s in catalog.list_snapshots()]
+        tags = tags or [s["tag"] for s in catalog.queries.list_snapshots()]
         digests: dict[str, str] = {}  # folder digest -> cache key, each analysed once
         for tag in tags:
-            folders = catalog.kernel_folders_of(tag)
+            folders = catalog.queries.kernel_folders_of(tag)
             digests.update((digest, key) for key, digest in folders)
             done[tag] = len(folders)
         staging = Staging(home.staging_path, catalog.staging_schema(REINDEX_COLUMNS))
@@ -43,7 +43,7 @@ def reindex(
                     flush_if_large(staging, tables)
             flush(staging, tables)
             staging.close()
-            catalog.replace_folder_rows(sorted(digests), staging.path, list(REINDEX_COLUMNS))
+            catalog.writer.replace_folder_rows(sorted(digests), staging.path, list(REINDEX_COLUMNS))
         finally:
             staging.remove()
     return done
@@ -54,7 +54,7 @@ def _analyse(
 ) -> None:
     files = [
         FolderFile(f"{cache_key}/{r['name']}", r["kind"], store.get(r["hash"], r["size"]))
-        for r in catalog.folder_files(digest)
+        for r in catalog.queries.folder_files(digest)
     ]
     walked = [WalkedFile(f.rel, "", len(f.data), f.kind, cache_key) for f in files]
     json_file = kernel_json(walked)

@@ -186,8 +186,8 @@ def _ingest_once(
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             if catalog.snapshot_id(tag) is not None and not request.replace and append is None:
                 raise TagError(f"tag {tag!r} exists already (use --replace to overwrite it)")
-            known = catalog.known_folders([key for key, _, _ in run.groups if key is not None])
-            stats = {} if request.rehash else catalog.file_stats(socket.gethostname(), str(source.resolve()))
+            known = catalog.queries.known_folders([key for key, _, _ in run.groups if key is not None])
+            stats = {} if request.rehash else catalog.queries.file_stats(socket.gethostname(), str(source.resolve()))
             schema = catalog.staging_schema(STAGED_COLUMNS)
         reused, groups = reuse_unchanged(run.groups, known, stats)
         home.store.ensure()
@@ -223,16 +223,16 @@ def _ingest_once(
             }
             phase("committing")
             with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-                catalog.write_snapshot(
+                catalog.writer.write_snapshot(
                     snapshot,
                     staging.path,
                     replace=request.replace,
                     ensure_blobs=home.store.refresh if home.is_shared else None,
                     append=append is not None,
-                    relink=relink.bound(catalog) if relink is not None else None,
+                    relink=relink.bound(catalog.profiles) if relink is not None else None,
                 )
-                recorded = catalog.get_snapshot(tag)
-                problem_list = catalog.snapshot_problems(tag)
+                recorded = catalog.queries.get_snapshot(tag)
+                problem_list = catalog.queries.snapshot_problems(tag)
         finally:
             staging.remove()
     return recorded, problem_list, totals, links, dict(sorted(seen.notes.items()))
@@ -309,7 +309,7 @@ def _link(home: Home, seen: _Seen, lock_wait_s: float) -> InductorLinks:
     if seen.known:
         # the home's catalog, local file or shared DuckLake (home.catalog_path is the local file only)
         with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-            rows = {r["folder_digest"]: r for r in catalog.link_facts(list(seen.known.values()))}
+            rows = {r["folder_digest"]: r for r in catalog.queries.link_facts(list(seen.known.values()))}
         for cache_key, digest in seen.known.items():
             if (r := rows.get(digest)) is not None:
                 facts[cache_key] = FolderFacts(

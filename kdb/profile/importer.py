@@ -31,7 +31,7 @@ from kdb.profile.link import NO_FIT, NO_KERNEL, NOT_TRITON, Folder, Link, induct
 from kdb.profile.stored import remove_profile as remove_profile
 from kdb.profile.stored import stored_profile as stored_profile
 from kdb.store.blobs import hash_bytes
-from kdb.store.catalog import Catalog
+from kdb.store.catalog import Catalog, ProfileRows
 from kdb.store.home import Home
 
 # A profile most of whose Triton launches find no kernel folder of the snapshot (no kernel of that name, or none
@@ -98,7 +98,7 @@ def import_profiles(
     with home.writer(lock_wait_s):
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
             catalog.require_snapshot(tag)
-            targets = catalog.snapshot_targets(tag)
+            targets = catalog.profiles.snapshot_targets(tag)
             for read in parsed:
                 foreign = foreign_device(read.profile, targets)
                 if foreign is not None:
@@ -107,8 +107,8 @@ def import_profiles(
                         f"{describe_targets(targets)} only: its launches would link to them by coincidence"
                     )
             names = sorted({launch.name for read in parsed for launch in read.profile.launches})
-            rows = catalog.profile_folders(tag, names)
-            before = catalog.profile_files_of(tag)
+            rows = catalog.profiles.profile_folders(tag, names)
+            before = catalog.profiles.profile_files_of(tag)
         legacy = _legacy_content_hashes(home, before)
         by_content: dict[str, list[dict[str, Any]]] = {}
         for row in before:
@@ -139,16 +139,11 @@ def import_profiles(
             blobs.append({"hash": put.digest, "size": put.size, "stored_size": put.stored_size})
         home.store.durable()
         with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-            catalog.record_profiles(
-                tag,
-                blobs,
-                files,
-                times,
-                unlinked,
+            catalog.profiles.record_profiles(
+                ProfileRows(tag, blobs, files, times, unlinked, replaced=replaced),
                 ensure_blobs=home.store.refresh if home.is_shared else None,
-                replaced=replaced,
             )
-            catalog.set_content_hashes(tag, {h: c for h, c in legacy.items() if h not in replaced})
+            catalog.profiles.set_content_hashes(tag, {h: c for h, c in legacy.items() if h not in replaced})
     return ImportSummary(tag, summaries)
 
 

@@ -18,7 +18,7 @@ from kdb.profile.importer import (
     foreign_device,
     link_file,
 )
-from kdb.store.catalog import Catalog
+from kdb.store.catalog import ProfileCatalog
 from kdb.store.home import Home
 
 
@@ -35,11 +35,11 @@ class ProfileRelink:
 
     home: Home
     tag: str
-    catalog: Catalog | None = None  # the writer's: set by `bound`
+    catalog: ProfileCatalog | None = None  # the writer's: set by `bound`
     kept: list[FileSummary] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
 
-    def bound(self, catalog: Catalog) -> ProfileRelink:
+    def bound(self, catalog: ProfileCatalog) -> ProfileRelink:
         self.catalog = catalog
         return self
 

@@ -12,7 +12,7 @@ from kdb.store.home import Home
 def _one_profile(catalog: Catalog, tag: str, key: str) -> dict[str, Any] | None:
     """The profile of the snapshot that `key` (a file name, or the sha256 of the file or of its JSON, or a prefix
     of 8+ hex digits) names; None when none does; UsageError when several do."""
-    found = catalog.find_profiles(tag, key)
+    found = catalog.profiles.find_profiles(tag, key)
     if len(found) > 1:
         listed = ", ".join(f"{r['name']} {r['profile_hash'][:12]}" for r in found[:5])
         raise UsageError(
@@ -30,7 +30,7 @@ def remove_profile(home: Home, tag: str, key: str, lock_wait_s: float) -> dict[s
         row = _one_profile(catalog, tag, key)
         if row is None:
             raise UsageError(f"no profile {key!r} in snapshot {tag!r} (a file name or sha256 it was imported with)")
-        catalog.remove_profile(tag, row["profile_hash"])
+        catalog.profiles.remove_profile(tag, row["profile_hash"])
     return row
 
 
@@ -40,7 +40,7 @@ def stored_profile(home: Home, tag: str, key: str, lock_wait_s: float) -> bytes 
     if not home.has_catalog():
         return None
     with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-        if catalog.snapshot_file(tag, key) is not None:
+        if catalog.queries.snapshot_file(tag, key) is not None:
             return None
         row = _one_profile(catalog, tag, key)
     if row is None:

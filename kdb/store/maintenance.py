@@ -25,7 +25,7 @@ from kdb.store.spool_upkeep import Recorded, SpoolCheck, SpoolGc, check_spool, c
 
 def remove_snapshot(home: Home, tag: str, lock_wait_s: float) -> None:
     with home.writer(lock_wait_s), Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-        catalog.delete_snapshot(tag)
+        catalog.writer.delete_snapshot(tag)
 
 
 # DuckDB never shrinks its file: a 5%-changed ingest or a removed snapshot can leave a third of the
@@ -67,12 +67,12 @@ def collect_garbage(
             )
         catalog_before = home.catalog_path.stat().st_size if home.catalog_path.exists() else 0
         with Catalog.open(home.catalog_path, wait_s=lock_wait_s) as catalog:
-            catalog.drop_unreferenced()
-            keep = catalog.all_blob_hashes() | home.store.dictionaries.hashes()
-            free, total = catalog.space()
+            catalog.writer.drop_unreferenced()
+            keep = catalog.queries.all_blob_hashes() | home.store.dictionaries.hashes()
+            free, total = catalog.upkeep.space()
             copied = compact or free >= COMPACT_FREE_SHARE * total
             if copied:
-                catalog.copy_into(home.compact_path)
+                catalog.upkeep.copy_into(home.compact_path)
         compacted = copied and _replace_catalog(home)
         catalog_after = home.catalog_path.stat().st_size
         store = home.store
@@ -106,9 +106,9 @@ def _collect_shared(home: Home, lock_wait_s: float, grace_s: float) -> GcResult:
     whether it ran before, during or after this gc. Catalog rows go first, in one serialised
     transaction; then the old Parquet files DuckLake no longer needs (also after the grace period)."""
     with Catalog.open(home.catalog, wait_s=lock_wait_s) as catalog:
-        catalog.drop_unreferenced()
-        keep = catalog.all_blob_hashes() | home.store.dictionaries.hashes()
-        catalog.compact_lake(grace_s)
+        catalog.writer.drop_unreferenced()
+        keep = catalog.queries.all_blob_hashes() | home.store.dictionaries.hashes()
+        catalog.upkeep.compact_lake(grace_s)
     deleted, freed, temps = _sweep_store(home.store, keep, time.time() - grace_s)
     capture = collect_capture(home, keep, grace_s)  # kdb/capture: dead writers' folders, stale index entries
     return GcResult(
@@ -179,8 +179,8 @@ def verify(home: Home, lock_wait_s: float) -> VerifyReport:
     refs: list[dict] = []
     if home.has_catalog():
         with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-            refs = catalog.referenced_blobs()
-            report.problems.extend(catalog.dangling_rows())
+            refs = catalog.queries.referenced_blobs()
+            report.problems.extend(catalog.queries.dangling_rows())
             capture = verify_capture(home, catalog)  # kdb/capture: its index against the catalog, what waits
     else:
         report.catalog = False
@@ -278,7 +278,7 @@ def export_snapshot(home: Home, tag: str, dest: Path, lock_wait_s: float, *, ver
     Triton gives them (0666 and 0777 less the umask). The tree is written into a temporary folder beside
     DEST and renamed to DEST once whole: a failure (a damaged blob, a full disk) leaves nothing behind."""
     with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-        rows = catalog.snapshot_files(tag)
+        rows = catalog.queries.snapshot_files(tag)
     if dest.is_symlink():
         raise UsageError(f"{dest}: destination is a symbolic link")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -386,7 +386,7 @@ def _make_parents(root: Path, directory: Path) -> None:
 
 def read_file(home: Home, tag: str, path: str, lock_wait_s: float) -> bytes:
     with Catalog.open(home.catalog, read_only=True, wait_s=lock_wait_s) as catalog:
-        row = catalog.snapshot_file(tag, path)
+        row = catalog.queries.snapshot_file(tag, path)
     if row is None:
         raise UsageError(f"no file {path!r} in snapshot {tag!r}")
     return home.store.get(row["hash"], row["size"])
@@ -409,8 +409,8 @@ def verify_capture(home: Home, catalog: Any) -> SpoolCheck:
         return SpoolCheck()
     keys = [key for key, _ in index_entries(root)]
     if catalog is not None and keys:
-        for snapshot in catalog.list_snapshots():
-            for key, folder_digest, name, digest, size in catalog.capture_index(snapshot["tag"], keys):
+        for snapshot in catalog.queries.list_snapshots():
+            for key, folder_digest, name, digest, size in catalog.queries.capture_index(snapshot["tag"], keys):
                 tags, files = recorded.setdefault((key, folder_digest), (set(), {}))
                 tags.add(snapshot["tag"])
                 files[name] = (digest, size)

@@ -61,15 +61,15 @@ def _transfer_one(
     try:
         staging = scratch / "snapshot.duckdb"
         with Catalog.open(source.catalog, read_only=True, wait_s=wait_s) as catalog:
-            content = catalog.snapshot_content(tag)
-            blobs = catalog.snapshot_blobs(tag)
-            kernels = catalog.get_snapshot(tag)["kernel_count"]
-            snapshot = catalog.stage_snapshot(tag, staging)
+            content = catalog.transfer.snapshot_content(tag)
+            blobs = catalog.transfer.snapshot_blobs(tag)
+            kernels = catalog.queries.get_snapshot(tag)["kernel_count"]
+            snapshot = catalog.transfer.stage_snapshot(tag, staging)
         snapshot["tag"] = dest_tag
         with dest.writer(wait_s):
             with Catalog.open(dest.catalog, wait_s=wait_s) as catalog:
                 if catalog.snapshot_id(dest_tag) is not None:
-                    if catalog.snapshot_content(dest_tag) == content:
+                    if catalog.transfer.snapshot_content(dest_tag) == content:
                         return TransferResult(tag, dest_tag, "present", kernels, len(blobs), 0, 0)
                     raise TagError(
                         f"{dest.describe()} has a snapshot {dest_tag!r} already, with other content "
@@ -81,7 +81,7 @@ def _transfer_one(
                 dest.store.durable()
                 try:
                     with Catalog.open(dest.catalog, wait_s=wait_s) as catalog:
-                        catalog.write_snapshot(
+                        catalog.writer.write_snapshot(
                             snapshot,
                             staging,
                             replace=False,

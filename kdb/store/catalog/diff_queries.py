@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kdb.store.catalog.connection import CatalogConnection
+from kdb.store.catalog.role import CatalogRole
 
 
-class DiffQueries(CatalogConnection):
+class DiffQueries(CatalogRole):
     def diff_kernels(self, tag: str) -> list[dict[str, Any]]:
         """Every kernel of a snapshot with its analysis facts, identity, digests and measured time (migration 011:
         NULL where no imported profile ran it). The JSON documents

@@ -5,9 +5,11 @@ profile, and the times `kdb show --kernel` prints."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from kdb.store.catalog.connection import CatalogConnection, Table
+from kdb.store.catalog.connection import Table
+from kdb.store.catalog.role import CatalogRole
 
 PROFILE_TABLES = ("profile_kernel_times", "profile_unlinked", "profile_files")
 PROFILE_FILE_COLUMNS = (
@@ -15,7 +17,21 @@ PROFILE_FILE_COLUMNS = (
 )
 
 
-class ProfileCatalog(CatalogConnection):
+@dataclass(frozen=True)
+class ProfileRows:
+    """What one `kdb profile import` records for snapshot `tag`: the blobs of its files, a row per profile file,
+    the measured times of linked launches, the launches no kernel folder was found for, and the profile_hashes of
+    profiles it replaces (imported before, the same profile)."""
+
+    tag: str
+    blobs: list[dict[str, Any]]
+    files: list[dict[str, Any]]
+    times: list[dict[str, Any]]
+    unlinked: list[dict[str, Any]]
+    replaced: Sequence[str] = ()
+
+
+class ProfileCatalog(CatalogRole):
     def profile_folders(self, tag: str, names: Sequence[str]) -> list[dict[str, Any]]:
         """Every kernel folder of the snapshot whose kernel has one of `names`, with what a launch is linked by:
         launch facts, its backend (Triton's JSON, else its code object's kind: Triton 2.3's JSON names none), its
@@ -51,25 +67,17 @@ class ProfileCatalog(CatalogConnection):
         sid = self.require_snapshot(tag)
         return list(self._one("SELECT targets FROM snapshots WHERE snapshot_id = ?", [sid])[0] or [])
 
-    def record_profiles(
-        self,
-        tag: str,
-        blobs: list[dict[str, Any]],
-        files: list[dict[str, Any]],
-        times: list[dict[str, Any]],
-        unlinked: list[dict[str, Any]],
-        ensure_blobs: Callable[[list[str]], None] | None = None,
-        replaced: Sequence[str] = (),
-    ) -> None:
+    def record_profiles(self, rows: ProfileRows, ensure_blobs: Callable[[list[str]], None] | None = None) -> None:
         """Record imported profile files of a snapshot in one transaction: a profile imported before under the tag
         (the same content: `files`' content_hash, or a profile_hash of `replaced`) has its rows replaced; blobs the
         catalog lacks are added, after `ensure_blobs` confirmed them (a shared home: refreshed against a concurrent
         gc, as an ingest's)."""
+        blobs = rows.blobs
 
         def body() -> None:
-            sid = self.require_snapshot(tag)  # inside the transaction: a concurrent `kdb rm` is seen
-            hashes = [f["profile_hash"] for f in files] + list(replaced)
-            contents = [f["content_hash"] for f in files]
+            sid = self.require_snapshot(rows.tag)  # inside the transaction: a concurrent `kdb rm` is seen
+            hashes = [f["profile_hash"] for f in rows.files] + list(rows.replaced)
+            contents = [f["content_hash"] for f in rows.files]
             gone = [
                 r[0]
                 for r in self.con.execute(
@@ -93,7 +101,7 @@ class ProfileCatalog(CatalogConnection):
                 for row in new_blobs:
                     table.add(**row)
                 self.insert(table)
-            self.insert_profile_rows(sid, files, times, unlinked)
+            self.insert_profile_rows(sid, rows.files, rows.times, rows.unlinked)
 
         self.write(body)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kdb.store.catalog.connection import CatalogConnection
+from kdb.store.catalog.role import CatalogRole
 
 
-class CatalogQueries(CatalogConnection):
+class CatalogQueries(CatalogRole):
     def known_folders(self, cache_keys: Sequence[str]) -> dict[str, frozenset[str]]:
         """Folder digests the catalog already holds, per cache key (a re-ingest skips those folders)."""
         rows = self.con.execute(

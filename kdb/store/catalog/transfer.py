@@ -10,7 +10,8 @@ from typing import Any
 import duckdb
 
 from kdb.errors import KdbError
-from kdb.store.catalog.connection import CatalogConnection, literal
+from kdb.store.catalog.connection import literal
+from kdb.store.catalog.role import CatalogRole
 from kdb.store.catalog.writer import ROW_SETS
 
 # Tables that are not a snapshot's rows: the snapshot row itself (the writer makes it), the migrations and
@@ -22,7 +23,7 @@ SNAPSHOT_HASHES = (
 )
 
 
-class SnapshotTransfer(CatalogConnection):
+class SnapshotTransfer(CatalogRole):
     def snapshot_content(self, tag: str) -> str:
         """What a snapshot holds, as one digest: its kernel-folder set and its top-level files. Two snapshots
         with the same digest have the same files and the same analysis rows."""
