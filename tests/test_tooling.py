@@ -25,6 +25,18 @@ def test_modules_and_classes_stay_small():
     assert too_big == []
 
 
+def test_no_class_has_several_bases():
+    """A class is one thing: parts it is made of are objects it holds (Catalog's roles, BlobStore's dictionaries and
+    repair), not bases it mixes in."""
+    mixed = [
+        f"{path.relative_to(ROOT)}: {node.name}"
+        for path in sorted((ROOT / "kdb").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and len(node.bases) > 1
+    ]
+    assert mixed == []
+
+
 # Which kdb package may import which (first component under kdb; "kdb" is the package root's __version__).
 # The data flow: cache dir -> ingest -> store + analysis -> catalog -> diff -> render -> cli.
 ALLOWED_IMPORTS = {
