@@ -18,10 +18,12 @@ import duckdb
 import pytest
 from conftest import ROOT, archive_of
 from helpers import kdb
+from pgserver import PgServer
 
 from kdb.errors import UsageError
 from kdb.store.catalog import Catalog, schema_files
 from kdb.store.catalog.migrations import MIGRATED_VIEWS_DIGEST, view_names, views_file
+from kdb.store.home import LAKE_DIR, SharedLocation
 
 # The last commit whose migrations created the views (one whole copy of a view per change).
 BEFORE_VIEWS_SQL = "9a1da6e"
@@ -29,27 +31,31 @@ SNAPSHOT = "t3.4.0-sm90"  # small (41 kernels), and NVIDIA: PTX mix, SASS, sourc
 
 
 def views_of(catalog: Path) -> dict[str, tuple[str, list[tuple[str, str]], list[tuple]]]:
-    """Every view of a catalog: its SQL as DuckDB keeps it, its columns and types, and its rows."""
+    """Every view of a catalog file: its SQL as DuckDB keeps it, its columns and types, and its rows."""
     con = duckdb.connect(str(catalog), read_only=True)
     try:
-        out = {}
-        for name, sql in con.execute(
-            "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND database_name = current_database()"
-        ).fetchall():
-            columns = con.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
-                "AND table_catalog = current_database() ORDER BY ordinal_position",
-                [name],
-            ).fetchall()
-            out[name] = (sql, columns, con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall())
-        return out
+        return views_on(con)
     finally:
         con.close()
 
 
-def old_kdb_home(tag: str) -> Path:
-    """A kdb home in which the kdb of BEFORE_VIEWS_SQL ingested snapshot `tag` (`python -m kdb ingest`, its own
-    code from git), built once per commit and archive and shared read-only."""
+def views_on(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, list[tuple[str, str]], list[tuple]]]:
+    out = {}
+    for name, sql in con.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND database_name = current_database()"
+    ).fetchall():
+        columns = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+            "AND table_catalog = current_database() ORDER BY ordinal_position",
+            [name],
+        ).fetchall()
+        out[name] = (sql, columns, con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall())
+    return out
+
+
+def old_kdb() -> dict[str, str]:
+    """The environment that runs the kdb of BEFORE_VIEWS_SQL as `python -m kdb` (its own code, from git,
+    extracted once per commit and shared read-only)."""
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--verify", "-q", f"{BEFORE_VIEWS_SQL}^{{commit}}"],
         capture_output=True,
@@ -57,23 +63,38 @@ def old_kdb_home(tag: str) -> Path:
     ).stdout.strip()
     if not commit:
         pytest.skip(f"commit {BEFORE_VIEWS_SQL} (the kdb before views.sql) is not in this clone's history")
-    archive = archive_of(tag)
 
     def build(tree: Path) -> None:
-        with tempfile.TemporaryDirectory(prefix="kdb-before-views-") as code:
-            tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "kdb", "schema"], capture_output=True)
-            assert tar.returncode == 0, tar.stderr
-            with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as members:
-                members.extractall(code, filter="data")
-            Path(code, "schema").rename(Path(code, "kdb", "schema"))  # where its package data installs
-            env = os.environ | {"PYTHONPATH": code, "PYTHONDONTWRITEBYTECODE": "1"}
-            cache = corpus_cache.unpacked(archive)
-            cmd = [sys.executable, "-m", "kdb", "--home", str(tree), "ingest", str(cache), "--tag", tag, "-q"]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code, timeout=600)
-            assert proc.returncode == 0, proc.stderr[-3000:]
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "kdb", "schema"], capture_output=True)
+        assert tar.returncode == 0, tar.stderr
+        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as members:
+            members.extractall(tree, filter="data")
+        (tree / "schema").rename(tree / "kdb" / "schema")  # where its package data installs
 
-    parts = {"commit": commit, "archive": corpus_cache.file_sha256(archive), "duckdb": duckdb.__version__}
-    return corpus_cache.cached("homes-before-views-sql", parts, build)
+    code = corpus_cache.cached("code-before-views-sql", {"commit": commit}, build)
+    return os.environ | {"PYTHONPATH": str(code), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def old_kdb_ingest(env: dict[str, str], tag: str, *home: str) -> None:
+    """`kdb [--home HOME] ingest SNAPSHOT --tag TAG -q` by the kdb of BEFORE_VIEWS_SQL (env: old_kdb's)."""
+    cache = corpus_cache.unpacked(archive_of(tag))
+    cmd = [sys.executable, "-m", "kdb", *home, "ingest", str(cache), "--tag", tag, "-q"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def old_kdb_home(tag: str) -> Path:
+    """A kdb home in which the kdb of BEFORE_VIEWS_SQL ingested snapshot `tag`, built once per commit and
+    archive and shared read-only."""
+    env = old_kdb()
+    parts = {
+        "code": env["PYTHONPATH"],
+        "archive": corpus_cache.file_sha256(archive_of(tag)),
+        "duckdb": duckdb.__version__,
+    }
+    return corpus_cache.cached(
+        "homes-before-views-sql", parts, lambda tree: old_kdb_ingest(env, tag, "--home", str(tree))
+    )
 
 
 def test_views_sql_declares_every_view_and_no_migration_does(tmp_path):
@@ -153,3 +174,37 @@ def test_older_views_send_a_reader_to_a_writing_command_and_a_writer_renews_them
     assert views_of(path) == fresh
     with Catalog.open(path, read_only=True) as catalog:
         assert catalog.con.execute("SELECT digest FROM schema_views").fetchall() == [(views_file()[1],)]
+
+
+@pytest.mark.postgres
+def test_the_shared_catalog_of_the_kdb_before_views_sql_is_read_and_renewed_alike(ingested_copy, tmp_path):
+    """The same on a DuckLake catalog: the old kdb's views read as a fresh local catalog's; a writer records
+    them, renews them once they are older than views.sql, and a reader meanwhile is sent to a writer."""
+    server = PgServer().start()
+    try:
+        shared_catalog_views(server.catalog_url(server.new_database()), tmp_path / "store", ingested_copy)
+    finally:
+        server.stop()
+
+
+def shared_catalog_views(url: str, store: Path, ingested_copy) -> None:
+    old_kdb_ingest(old_kdb() | {"KDB_CATALOG": url, "KDB_STORE": str(store)}, SNAPSHOT)
+    where = SharedLocation(url, store / LAKE_DIR)
+    fresh = views_of(ingested_copy([(SNAPSHOT, SNAPSHOT)]) / "catalog.duckdb")
+    if views_file()[1] == MIGRATED_VIEWS_DIGEST:
+        with Catalog.open(where, read_only=True) as catalog:
+            assert views_on(catalog.con) == fresh
+    with Catalog.open(where) as catalog:
+        assert catalog.con.execute("SELECT digest FROM schema_views").fetchall() == [(views_file()[1],)]
+        assert views_on(catalog.con) == fresh
+
+        def make_older() -> None:
+            catalog.con.execute("DROP VIEW ptx_mix")
+            catalog.con.execute("UPDATE schema_views SET digest = ?", ["0" * 64])
+
+        catalog.write(make_older)
+    with pytest.raises(UsageError, match=r"needs migration \(views\.sql\): run a writing kdb command"):
+        Catalog.open(where, read_only=True)
+    Catalog.open(where).close()
+    with Catalog.open(where, read_only=True) as catalog:
+        assert views_on(catalog.con) == fresh
