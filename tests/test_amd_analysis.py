@@ -20,13 +20,14 @@ import pytest
 import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
 
+from kdb.analysis.amd import descriptor as amd_descriptor
 from kdb.analysis.amd import disasm
 from kdb.analysis.amd.amdgcn import parse_amdgcn
 from kdb.analysis.amd.groups import GROUPS, classify
 from kdb.analysis.amd.hsaco import parse_hsaco
-from kdb.analysis.amd.occupancy import ARCHES, compiler_occupancy, launch_occupancy, vgpr_headroom
+from kdb.analysis.amd.occupancy import ARCHES, WaveResources, compiler_occupancy, launch_occupancy, vgpr_headroom
 from kdb.analysis.folder import analyze_folder
-from kdb.analysis.model import FolderFile
+from kdb.analysis.model import FolderFile, LaunchShape
 from kdb.errors import KdbError, ParseError
 from kdb.ingest.walker import classify as classify_file
 from kdb.triton.ttgir import parse_ttgir
@@ -94,6 +95,16 @@ SYMBOL_RE = re.compile(r"^\s*\d+:\s+(?P<value>[0-9a-f]+)\s+(?P<size>\d+)\s+FUNC\
 OBJDUMP_LINE_RE = re.compile(r"^\s+(?P<mnemonic>[.a-z_][a-z0-9_.]*).*//\s*(?P<address>[0-9A-F]+):")
 # "; Occupancy: 8"
 OCCUPANCY_RE = re.compile(r"^; Occupancy: (\d+)$", re.MULTILINE)
+# "	.amdhsa_next_free_vgpr 80"   (llvm-objdump -D --disassemble-symbols=NAME.kd: the descriptor as directives)
+DIRECTIVE_RE = re.compile(r"^\s*\.amdhsa_(?P<name>\w+)\s+(?P<value>-?\d+)\s*$")
+# "  [ 6] .rodata           PROGBITS        0000000000000640 000640 000040 00   A  0   0 64"
+SECTION_RE = re.compile(
+    r"^\s*\[\s*(?P<index>\d+)\]\s+(?P<name>\S+)\s+\S+\s+(?P<address>[0-9a-f]+)\s+(?P<offset>[0-9a-f]+)\s"
+)
+# "    15: 0000000000000640    64 OBJECT  GLOBAL DEFAULT     6 matmul_kernel.kd"
+ANY_SYMBOL_RE = re.compile(
+    r"^\s*\d+:\s+(?P<value>[0-9a-f]+)\s+\d+\s+\w+\s+\S+\s+\S+\s+(?P<section>\d+)\s+(?P<name>\S+)$"
+)
 
 
 def _run(*args: str) -> str:
@@ -138,6 +149,27 @@ def objdump_counts(path: Path, arch: str, symbol: str) -> Counter[str]:
             mnemonic = match.group("mnemonic")
             counts["unknown" if mnemonic.startswith(".") else mnemonic] += 1
     return counts
+
+
+def objdump_descriptor(path: Path, symbol: str) -> dict[str, int]:
+    """The `.amdhsa_*` directives llvm-objdump decodes from the descriptor SYMBOL."""
+    text = _run(OBJDUMP, "-D", f"--disassemble-symbols={symbol}", str(path))
+    return {m.group("name"): int(m.group("value")) for line in text.splitlines() if (m := DIRECTIVE_RE.match(line))}
+
+
+def readelf_symbol_places(path: Path) -> dict[str, tuple[int, int]]:
+    """Symbol name -> (address, file offset), from llvm-readelf's symbol and section tables."""
+    sections = {}
+    for line in _run(READELF, "-S", "--wide", str(path)).splitlines():
+        if match := SECTION_RE.match(line):
+            sections[int(match.group("index"))] = (int(match.group("address"), 16), int(match.group("offset"), 16))
+    places = {}
+    for line in _run(READELF, "-s", "--wide", str(path)).splitlines():
+        if (match := ANY_SYMBOL_RE.match(line)) and int(match.group("section")) in sections:
+            address = int(match.group("value"), 16)
+            section_address, section_offset = sections[int(match.group("section"))]
+            places[match.group("name")] = (address, address - section_address + section_offset)
+    return places
 
 
 def _release(snapshot: str) -> tuple[int, int]:
@@ -188,6 +220,47 @@ def test_code_object_matches_readelf(snapshot: str, snapshot_kernels) -> None:
 
 
 @needs_corpus
+@needs_llvm
+@per_snapshot
+def test_descriptor_fields_match_objdump(snapshot: str, snapshot_kernels) -> None:
+    """The named kernel descriptor (kdb/analysis/amd/descriptor.py) decodes every field and bit field kdb reads
+    to what llvm-objdump prints for the same descriptor, located by llvm-readelf's symbol and section tables."""
+    for kernel in sampled(snapshot, snapshot_kernels(snapshot)):
+        data = kernel.hsaco
+        k = parse_hsaco(data).kernels[0]
+        oracle = objdump_descriptor(kernel.hsaco_path, k.symbol)
+        places = readelf_symbol_places(kernel.hsaco_path)
+        kd_address, kd_offset = places[k.symbol]
+        desc = amd_descriptor.decode(data, kd_offset)
+        where = (kernel.folder.name, k.symbol)
+        assert desc.group_segment_fixed_size == oracle["group_segment_fixed_size"], where
+        assert desc.private_segment_fixed_size == oracle["private_segment_fixed_size"], where
+        assert desc.kernarg_size == oracle["kernarg_size"], where
+        uses_dynamic_stack = amd_descriptor.USES_DYNAMIC_STACK.get(desc.kernel_code_properties)
+        assert uses_dynamic_stack == oracle.get("uses_dynamic_stack", 0), where  # code object v5 on: LLVM prints it
+        # the descriptor points at the kernel's code: its address plus the entry offset is the function's
+        assert kd_address + desc.kernel_code_entry_byte_offset == places[k.name][0] == kd_address + k.entry_offset
+        # What parse_hsaco derived through the named bit fields. LLVM prints the private segment under the name
+        # the processor's scratch setup gives it (architected flat scratch or not).
+        private = oracle.get("enable_private_segment", oracle.get("system_sgpr_private_segment_wavefront_offset"))
+        assert k.private_segment_enabled == (private == 1), where
+        assert k.descriptor_vgprs == oracle["next_free_vgpr"], where
+        assert k.wave32 == (oracle.get("wavefront_size32") == 1), where
+        if "workgroup_processor_mode" in oracle:
+            assert k.wgp_mode == (oracle["workgroup_processor_mode"] == 1), where
+        if k.wgp_mode is None:
+            assert "workgroup_processor_mode" not in oracle, where
+        if k.accum_offset is None:
+            assert "accum_offset" not in oracle, where
+        else:
+            assert k.descriptor_arch_vgprs == oracle["accum_offset"], where
+        if k.descriptor_sgprs is None:
+            assert k.granulated_sgpr == 0, where  # gfx10+ writes 0 there
+        else:
+            assert k.descriptor_sgprs == oracle["next_free_sgpr"], where
+
+
+@needs_corpus
 @per_snapshot
 def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernels) -> None:
     with_comment = 0
@@ -199,8 +272,8 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
         asm = parse_amdgcn(asm_text).kernels[0]
         # What the descriptor allocates can exceed what the kernel uses (Triton's waves_per_eu): LLVM's figure
         # follows the allocation.
-        alloc = {"allocated_vgprs": k.descriptor_vgprs, "waves_per_eu": kernel.meta.get("waves_per_eu")}
-        waves, limiter = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count, **alloc)
+        wave = WaveResources(k.wavefront_size, k.sgpr_count, k.descriptor_vgprs, kernel.meta.get("waves_per_eu"))
+        waves, limiter = compiler_occupancy(co.arch, k.vgpr_count, wave)
         if (comment := OCCUPANCY_RE.search(asm_text)) is not None:
             with_comment += 1
             assert waves == int(comment.group(1)) == asm.occupancy, kernel.folder.name
@@ -226,22 +299,17 @@ def test_occupancy_and_descriptor_agree_with_llvm(snapshot: str, snapshot_kernel
             assert k.descriptor_sgprs is not None and k.descriptor_sgprs >= k.sgpr_count - 6  # VCC/XNACK extras
         shared = kernel.meta.get("shared") or 0
         launch, launch_limiter = launch_occupancy(
-            co.arch,
-            k.wavefront_size,
-            k.vgpr_count,
-            k.sgpr_count,
-            k.group_segment_fixed_size + shared,
-            kernel.meta["num_warps"],
-            **alloc,
+            LaunchShape(co.arch, kernel.meta["num_warps"], k.vgpr_count, k.group_segment_fixed_size, shared), wave
         )
         assert 0 <= launch <= waves
         assert launch_limiter in ("vgpr", "waves_per_eu", "vgpr_allocation", "sgpr", "lds", "workgroup", "max_waves")
-        headroom = vgpr_headroom(co.arch, k.wavefront_size, k.vgpr_count, k.sgpr_count, **alloc)
+        headroom = vgpr_headroom(co.arch, k.vgpr_count, wave)
         assert (headroom is None) or limiter == "vgpr"  # claims nothing where VGPRs do not limit
         if headroom is not None:
             assert 0 < headroom <= k.vgpr_count
-            better = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom, k.sgpr_count)[0]
-            worse = compiler_occupancy(co.arch, k.wavefront_size, k.vgpr_count - headroom + 1, k.sgpr_count)[0]
+            plain = WaveResources(k.wavefront_size, k.sgpr_count)
+            better = compiler_occupancy(co.arch, k.vgpr_count - headroom, plain)[0]
+            worse = compiler_occupancy(co.arch, k.vgpr_count - headroom + 1, plain)[0]
             # gfx11's 24-register granule can skip a step (10 -> 12 waves): at least one more wave
             assert better > waves and worse == waves
     if _release(snapshot) >= (3, 2):
@@ -495,23 +563,26 @@ def test_classify_reference_table() -> None:
 
 
 def test_occupancy_rules_from_reference() -> None:
-    assert compiler_occupancy("gfx908", 64, 12, 81) == (9, "sgpr")
-    assert compiler_occupancy("gfx908", 64, 12, 80) == (10, "max_waves")
-    assert compiler_occupancy("gfx90a", 64, 12, 100) == (8, "max_waves")
-    assert compiler_occupancy("gfx90a", 64, 12, 101) == (7, "sgpr")
-    assert compiler_occupancy("gfx942:sramecc+:xnack-", 64, 334, 24) == (1, "vgpr")
-    assert compiler_occupancy("gfx1100", 32, 256, 107) == (5, "vgpr")  # granule 24: 1536 // 264
-    assert compiler_occupancy("gfx1102", 32, 256, 107) == (4, "vgpr")
-    assert compiler_occupancy("gfx1030", 32, 4, 200) == (16, "max_waves")  # SGPRs never limit on gfx10+
+    assert compiler_occupancy("gfx908", 12, WaveResources(64, 81)) == (9, "sgpr")
+    assert compiler_occupancy("gfx908", 12, WaveResources(64, 80)) == (10, "max_waves")
+    assert compiler_occupancy("gfx90a", 12, WaveResources(64, 100)) == (8, "max_waves")
+    assert compiler_occupancy("gfx90a", 12, WaveResources(64, 101)) == (7, "sgpr")
+    assert compiler_occupancy("gfx942:sramecc+:xnack-", 334, WaveResources(64, 24)) == (1, "vgpr")
+    assert compiler_occupancy("gfx1100", 256, WaveResources(32, 107)) == (5, "vgpr")  # granule 24: 1536 // 264
+    assert compiler_occupancy("gfx1102", 256, WaveResources(32, 107)) == (4, "vgpr")
+    assert compiler_occupancy("gfx1030", 4, WaveResources(32, 200)) == (16, "max_waves")  # SGPRs never limit on gfx10+
     # The reference's example: 33 KB of LDS and 4 warps on gfx942 leave room for one workgroup.
-    assert launch_occupancy("gfx942", 64, 128, 24, 33 * 1024, 4) == (1, "lds")
-    assert launch_occupancy("gfx942", 64, 128, 24, 0, 4) == (4, "vgpr")
-    assert launch_occupancy("gfx942", 64, 16, 24, 0, 1) == (8, "max_waves")
-    assert launch_occupancy("gfx942", 64, 16, 24, 65 * 1024, 4) == (0, "lds")
-    assert vgpr_headroom("gfx942", 64, 334, 24) == 78
-    assert vgpr_headroom("gfx942", 64, 64, 24) is None
-    assert vgpr_headroom("gfx90a", 64, 64, 101) is None  # SGPRs cap it at 7 anyway
-    assert vgpr_headroom("gfx90a", 64, 100, 101) == 4  # 104 allocated -> 4 waves; 96 gives 5
-    assert vgpr_headroom("gfx1100", 32, 256, 107) == 16
+    assert launch_occupancy(LaunchShape("gfx942", 4, 128, dynamic_shared=33 * 1024), WaveResources(64, 24)) == (
+        1,
+        "lds",
+    )
+    assert launch_occupancy(LaunchShape("gfx942", 4, 128, dynamic_shared=0), WaveResources(64, 24)) == (4, "vgpr")
+    assert launch_occupancy(LaunchShape("gfx942", 1, 16, dynamic_shared=0), WaveResources(64, 24)) == (8, "max_waves")
+    assert launch_occupancy(LaunchShape("gfx942", 4, 16, dynamic_shared=65 * 1024), WaveResources(64, 24)) == (0, "lds")
+    assert vgpr_headroom("gfx942", 334, WaveResources(64, 24)) == 78
+    assert vgpr_headroom("gfx942", 64, WaveResources(64, 24)) is None
+    assert vgpr_headroom("gfx90a", 64, WaveResources(64, 101)) is None  # SGPRs cap it at 7 anyway
+    assert vgpr_headroom("gfx90a", 100, WaveResources(64, 101)) == 4  # 104 allocated -> 4 waves; 96 gives 5
+    assert vgpr_headroom("gfx1100", 256, WaveResources(32, 107)) == 16
     with pytest.raises(KdbError):
-        compiler_occupancy("gfx11-generic", 32, 16, 16)
+        compiler_occupancy("gfx11-generic", 16, WaveResources(32, 16))

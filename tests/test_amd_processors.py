@@ -23,6 +23,7 @@ from kdb.analysis.amd.occupancy import (
     ARCHES,
     PROCESSORS,
     ArchSpec,
+    WaveResources,
     compiler_occupancy,
     processor_name,
     processor_table,
@@ -121,7 +122,7 @@ def test_every_processor_reproduces_llvm_occupancy() -> None:
     for (name, wave, _), found in results:
         for kernel, (vgprs, sgprs, wavefront, llvm) in found.items():
             assert wavefront == wave, (name, kernel)
-            ours = compiler_occupancy(name, wave, vgprs, sgprs)[0]
+            ours = compiler_occupancy(name, vgprs, WaveResources(wave, sgprs))[0]
             checked += 1
             if ours != llvm:
                 mismatches.append((name, wave, kernel, vgprs, sgprs, ours, llvm))
@@ -162,7 +163,7 @@ def test_table_lists_every_processor_llc_accepts() -> None:
     generics = {n for n in listed if n.endswith("-generic")}
     assert generics and all(not PROCESSORS[n].occupancy_model and PROCESSORS[n].reason for n in generics)
     with pytest.raises(KdbError, match="generic"):
-        compiler_occupancy(sorted(generics)[0], 32, 16, 16)
+        compiler_occupancy(sorted(generics)[0], 16, WaveResources(32, 16))
 
 
 def test_every_field_names_its_source() -> None:

@@ -41,10 +41,10 @@ from conftest import LLVM_BIN, archive_of, compiled_kernels, load_manifest
 from helpers import kdb
 from test_nvidia_occupancy import calculator, needs_calculator  # noqa: F401  (calculator: a module fixture)
 
-from kdb.analysis.amd.occupancy import ARCHES, launch_occupancy
+from kdb.analysis.amd.occupancy import ARCHES, WaveResources, launch_occupancy
 from kdb.analysis.cliffs import register_cliffs
 from kdb.analysis.folder import analyze_folder
-from kdb.analysis.model import AnalysisOptions, FolderFile
+from kdb.analysis.model import AnalysisOptions, FolderFile, LaunchShape
 from kdb.analysis.nvidia import occupancy as nv
 from kdb.analysis.nvidia.cubin import parse_cubin
 from kdb.diff.rules import parse_rules
@@ -246,7 +246,7 @@ def _amd_case(k: Analysed) -> AmdCase:
         assert request and flat, (k.folder.name, "a floor without amdgpu-waves-per-eu in the LLIR")
         attrs = f'"amdgpu-flat-work-group-size"="{flat.group(1)}" "amdgpu-waves-per-eu"="{request.group(1)}"'
     lds = row["lds_static"] + (k.meta.get("shared") or 0)
-    bound = launch_occupancy(arch, wave, 1, 1, lds, k.meta.get("num_warps") or 1)[0]
+    bound = launch_occupancy(LaunchShape(arch, k.meta.get("num_warps") or 1, 1, 0, lds), WaveResources(wave, 1))[0]
     return AmdCase(k, arch, wave, vgprs, row["sgpr_count"], attrs, floor, bound, set())
 
 
@@ -379,7 +379,7 @@ def test_definitions_are_what_the_search_finds() -> None:
                 for regs in (1, 24, 40, 64, 96, 128, 168, 200, 255):
 
                     def nv_at(r: int, a: int = arch, w: int = warps, d: int = dyn) -> int:
-                        return nv.occupancy(a, w, r, 0, d)[0]
+                        return nv.occupancy(LaunchShape(a, w, r, 0, d))[0]
 
                     assert register_cliffs(nv_at, regs, 255) == literal_cliffs(nv_at, regs, 255)
     for processor, wave in (("gfx942", 64), ("gfx90a", 64), ("gfx908", 64), ("gfx1100", 32), ("gfx1250", 32)):
@@ -388,7 +388,7 @@ def test_definitions_are_what_the_search_finds() -> None:
             for vgprs in (1, 17, 64, 100, 128, 200, 256, top):
 
                 def amd_at(x: int, a: str = processor, w: int = wave, n: int = warps, s: int = lds) -> int:
-                    return launch_occupancy(a, w, x, 30, s, n)[0]
+                    return launch_occupancy(LaunchShape(a, n, x, 0, s), WaveResources(w, 30))[0]
 
                 assert register_cliffs(amd_at, vgprs, top) == literal_cliffs(amd_at, vgprs, top)
 

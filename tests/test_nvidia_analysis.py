@@ -30,6 +30,7 @@ import pytest
 import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
 
+from kdb.analysis.model import LaunchShape
 from kdb.analysis.nvidia import occupancy as nv_occupancy
 from kdb.analysis.nvidia import tools as nvtools
 from kdb.analysis.nvidia.cubin import parse_cubin
@@ -443,20 +444,20 @@ def test_truncated_ptx_raises_parse_error(snapshot: str, snapshot_kernels) -> No
 
 def test_occupancy_limiters_on_table_values() -> None:
     # 16 regs, 4 warps: 64 warps/SM on sm90, 48 on sm86 (Programming Guide table).
-    assert nv_occupancy.occupancy("sm_90a", 4, 16, 0, 0) == (64, 16, "warps")
-    assert nv_occupancy.occupancy(86, 4, 16, 0, 0) == (48, 12, "warps")
+    assert nv_occupancy.occupancy(LaunchShape("sm_90a", 4, 16, 0, 0)) == (64, 16, "warps")
+    assert nv_occupancy.occupancy(LaunchShape(86, 4, 16, 0, 0)) == (48, 12, "warps")
     # 1 warp per block: the resident-block limit binds (32 on sm90, 16 on sm86, 24 on sm89).
-    assert nv_occupancy.occupancy(90, 1, 16)[1:] == (32, "blocks")
-    assert nv_occupancy.occupancy(86, 1, 16)[1:] == (16, "blocks")
-    assert nv_occupancy.occupancy(89, 1, 16)[1:] == (24, "blocks")
+    assert nv_occupancy.occupancy(LaunchShape(90, 1, 16))[1:] == (32, "blocks")
+    assert nv_occupancy.occupancy(LaunchShape(86, 1, 16))[1:] == (16, "blocks")
+    assert nv_occupancy.occupancy(LaunchShape(89, 1, 16))[1:] == (24, "blocks")
     # Over the opt-in maximum per block (227 KiB on sm90, 163 KiB on sm80): no block fits.
-    assert nv_occupancy.occupancy(90, 4, 32, 0, 227 * 1024 + 1) == (0, 0, "shared")
-    assert nv_occupancy.occupancy(80, 4, 32, 0, 163 * 1024)[1] == 1
+    assert nv_occupancy.occupancy(LaunchShape(90, 4, 32, 0, 227 * 1024 + 1)) == (0, 0, "shared")
+    assert nv_occupancy.occupancy(LaunchShape(80, 4, 32, 0, 163 * 1024))[1] == 1
     # sm_120 (CUDA C++ Programming Guide: 99 KB opt-in per block) cannot launch a block asking for more.
-    assert nv_occupancy.occupancy("sm_120a", 4, 32, 0, 99 * 1024 + 1) == (0, 0, "shared")
-    assert nv_occupancy.occupancy("sm_100a", 4, 32, 0, 99 * 1024 + 1)[1] == 2
+    assert nv_occupancy.occupancy(LaunchShape("sm_120a", 4, 32, 0, 99 * 1024 + 1)) == (0, 0, "shared")
+    assert nv_occupancy.occupancy(LaunchShape("sm_100a", 4, 32, 0, 99 * 1024 + 1))[1] == 2
     # Above the calculator's per-thread register limit (256; ptxas writes at most 255) no block launches.
-    assert nv_occupancy.occupancy(90, 4, 257, 0, 0) == (0, 0, "registers")
+    assert nv_occupancy.occupancy(LaunchShape(90, 4, 257, 0, 0)) == (0, 0, "registers")
 
 
 def _occupancy_fixture() -> dict | None:
@@ -496,7 +497,7 @@ def test_occupancy_matches_driver_measurement(snapshot_kernels) -> None:
         # driver reports as static (0): the model takes the cubin's figure, the driver decides occupancy.
         assert parsed.static_shared >= row["static_shared"]
         warps, blocks, _ = nv_occupancy.occupancy(
-            fixture["arch"], row["num_warps"], parsed.registers, parsed.static_shared, row["shared"]
+            LaunchShape(fixture["arch"], row["num_warps"], parsed.registers, parsed.static_shared, row["shared"])
         )
         if (warps, blocks) != (row["warps_per_sm"], row["blocks_per_sm"]):
             mismatches.append(

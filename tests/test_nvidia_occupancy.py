@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import sampling
 
+from kdb.analysis.model import LaunchShape
 from kdb.analysis.nvidia import occupancy as nv
 from kdb.errors import UsageError
 
@@ -213,7 +214,7 @@ def test_occupancy_equals_nvidia_calculator(arch: int, calculator) -> None:
     for point, (blocks, factors) in zip(points, answers, strict=True):
         _, warps, regs, stat, dyn, barriers, vres = point
         for static in _kdb_static(lim, stat):
-            w, b, limiter = nv.occupancy(arch, warps, regs, static, dyn, barriers=barriers, virtual_resources=vres)
+            w, b, limiter = nv.occupancy(LaunchShape(arch, warps, regs, static, dyn), nv.FuncAttributes(barriers, vres))
             if b != blocks or w != blocks * warps or not factors & FACTOR_BITS[limiter]:
                 mismatches.append((point, static, (b, limiter), (blocks, factors)))
             limiters[limiter] = limiters.get(limiter, 0) + 1
@@ -237,7 +238,9 @@ def test_sweep_can_fail(calculator) -> None:
     wrong = nv.SmLimits(**{**lim.__dict__, "register_alloc_unit": lim.register_alloc_unit * 2})
     nv._all_limits()[arch] = wrong
     try:
-        differ = sum(nv.occupancy(arch, w, r)[1] != b for (_, w, r, *_), (b, _) in zip(points, answers, strict=True))
+        differ = sum(
+            nv.occupancy(LaunchShape(arch, w, r))[1] != b for (_, w, r, *_), (b, _) in zip(points, answers, strict=True)
+        )
     finally:
         nv._all_limits()[arch] = lim
     assert differ > 0

@@ -1,9 +1,11 @@
-"""What per-backend analysis works on and returns: a folder's files, the rows for one folder, options."""
+"""What per-backend analysis works on and returns: a folder's files, the rows for one folder, options, and a
+kernel's launch as either vendor's occupancy calculator takes it."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 from kdb.analysis.loops import LoopNest, weight
@@ -34,6 +36,23 @@ class FolderAnalysis:
 
     def add(self, table: str, **row: Any) -> None:
         self.rows.setdefault(table, []).append(row)
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What occupancy depends on, for either vendor: where a kernel runs, how wide its blocks are, and what each
+    thread and block holds. The vendors' own extras (AMD: wave size, SGPRs, the descriptor's allocation;
+    NVIDIA: barriers, virtual resources) travel beside it."""
+
+    arch: str | int  # AMD 'gfx942'; NVIDIA 90, 'sm_90a'
+    num_warps: int  # warps (AMD: wavefronts) per block (AMD: workgroup)
+    registers: int  # per thread (AMD: VGPRs per lane, AGPRs folded in)
+    static_shared: int = 0  # bytes per block the code object declares (AMD static LDS, NVIDIA .nv.shared.<kernel>)
+    dynamic_shared: int = 0  # bytes per block Triton's launcher adds (the kernel JSON's `shared`)
+
+    def with_registers(self, registers: int) -> LaunchShape:
+        """The same launch with another register count: what an occupancy cliff is measured along."""
+        return replace(self, registers=registers)
 
 
 @dataclass(frozen=True)
@@ -69,23 +88,47 @@ def add_problem(out: FolderAnalysis, f: FolderFile | None, stage: str, reason: s
     out.problems.append((f.rel if f else "", stage, reason))
 
 
+def add_mix(out: FolderAnalysis, folder_digest: str, source: str, counts: Iterable[tuple[str, str, int]]) -> None:
+    """The instr_mix_counts rows of one instruction source: (mnemonic, group, count), in the order given."""
+    for mnemonic, grp, count in counts:
+        out.add("instr_mix_counts", folder_digest=folder_digest, source=source, mnemonic=mnemonic, grp=grp, count=count)
+
+
+def add_source_lines(
+    out: FolderAnalysis, folder_digest: str, source: str, lines: dict[tuple[str, int, str], int]
+) -> None:
+    """The source_line_counts rows of one instruction source: (file, line, group) -> count, sorted."""
+    for (file, line, grp), count in sorted(lines.items()):
+        out.add(
+            "source_line_counts",
+            folder_digest=folder_digest,
+            source=source,
+            file=file,
+            line=line,
+            grp=grp,
+            count=count,
+        )
+
+
+@dataclass(frozen=True)
+class LoopFacts:
+    """A kernel's loops as one instruction source shows them, and where its scratch instructions sit in them."""
+
+    source: str  # the instruction source: 'amdgcn', 'llvm-objdump', 'ptx', 'sass'
+    nest: LoopNest
+    loop_mix: dict[tuple[int, str, str], int]  # (loop depth >= 1, mnemonic, group) -> count
+    scratch_total: int  # the kernel's instructions of SCRATCH_GROUP, inside loops or not
+    scratch_group: str  # what spills go to in this source: 'scratch' (AMD), 'local' (NVIDIA)
+
+
 def record_loops(
-    out: FolderAnalysis,
-    row: dict[str, Any],
-    f: FolderFile | None,
-    folder_digest: str,
-    source: str,
-    nest: LoopNest,
-    loop_mix: dict[tuple[int, str, str], int],
-    scratch_total: int,
-    scratch_group: str,
+    out: FolderAnalysis, row: dict[str, Any], f: FolderFile | None, folder_digest: str, facts: LoopFacts
 ) -> None:
     """Record a kernel's loop facts from its `source` mix (the one that is its instr_source): the kernel_analysis
     columns of migration 010 and the instr_mix_loop_counts rows (depth >= 1). A loop nest built on branches kdb
     could not follow is no figure: the columns stay NULL and a `loops` problem says why (unknown, never a guess)."""
-    out.rows["instr_mix_loop_counts"] = [r for r in out.rows.get("instr_mix_loop_counts", []) if r["source"] != source]
-    for name in LOOP_COLUMNS:
-        row.pop(name, None)
+    source, nest = facts.source, facts.nest
+    clear_loops(out, row, source)
     if nest.unresolved:
         add_problem(
             out, f, "loops", f"loop depths unknown: {nest.unresolved} branches go where the {source} does not say"
@@ -93,7 +136,7 @@ def record_loops(
         return
     by_depth: dict[int, int] = {}
     inside = 0
-    for (depth, mnemonic, grp), count in sorted(loop_mix.items()):
+    for (depth, mnemonic, grp), count in sorted(facts.loop_mix.items()):
         out.add(
             "instr_mix_loop_counts",
             folder_digest=folder_digest,
@@ -103,11 +146,11 @@ def record_loops(
             grp=grp,
             count=count,
         )
-        if grp == scratch_group:
+        if grp == facts.scratch_group:
             by_depth[depth] = by_depth.get(depth, 0) + count
             inside += count
-    if scratch_total - inside:
-        by_depth[0] = scratch_total - inside
+    if facts.scratch_total - inside:
+        by_depth[0] = facts.scratch_total - inside
     row.update(
         max_loop_depth=nest.max_depth,
         scratch_instr_in_loops=inside,

@@ -16,7 +16,11 @@ from kdb.analysis.model import (
     AnalysisOptions,
     FolderAnalysis,
     FolderFile,
+    LaunchShape,
+    LoopFacts,
+    add_mix,
     add_problem,
+    add_source_lines,
     first_file,
     record_loops,
     text_of,
@@ -73,7 +77,11 @@ def analyze_amd(
             co_metadata=json.dumps(kernel.metadata, sort_keys=True),
             descriptor=json.dumps(_descriptor(kernel), sort_keys=True),
         )
-        _occupancy(out, row, hsaco, arch, kernel, meta, _asm_kernel(listing, meta.name))
+        asm_kernel = _asm_kernel(listing, meta.name)
+        facts, problem = _occupancy(arch, kernel, meta, asm_kernel.occupancy if asm_kernel is not None else None)
+        row.update(facts)
+        if problem is not None:
+            add_problem(out, hsaco, "occupancy", problem)
 
     if listing is not None and (asm := _asm_kernel(listing, meta.name)) is not None:
         _asm_facts(out, row, folder_digest, asm, asm_file)
@@ -133,56 +141,47 @@ def _processor(
 
 
 def _occupancy(
-    out: FolderAnalysis,
-    row: dict[str, Any],
-    hsaco: FolderFile | None,
-    arch: str | None,
-    kernel: KernelObject,
-    meta: KernelMeta,
-    asm: AsmKernel | None,
-) -> None:
-    wave = kernel.wavefront_size
+    arch: str | None, kernel: KernelObject, meta: KernelMeta, llvm_comment: int | None
+) -> tuple[dict[str, Any], str | None]:
+    """The kernel's occupancy columns, and a problem when the figure is unknown or LLVM's comment (the asm's
+    `; Occupancy:`, LLVM_COMMENT) is all there is."""
     # The hardware reserves what the descriptor allocates, which `waves_per_eu` can raise above use.
-    alloc = {"allocated_vgprs": kernel.descriptor_vgprs, "waves_per_eu": _int_or_none(meta.raw.get("waves_per_eu"))}
+    wave = occupancy.WaveResources(
+        kernel.wavefront_size,
+        kernel.sgpr_count,
+        kernel.descriptor_vgprs,
+        _int_or_none(meta.raw.get("waves_per_eu")),
+    )
     try:
         if arch is None:
             raise KdbError("the processor is unknown")
-        occ, lim = occupancy.compiler_occupancy(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
-        lds = kernel.group_segment_fixed_size + (meta.shared or 0)
-        launch, launch_lim = occupancy.launch_occupancy(
-            arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
+        occ, lim = occupancy.compiler_occupancy(arch, kernel.vgpr_count, wave)
+        shape = LaunchShape(
+            arch, meta.num_warps or 1, kernel.vgpr_count, kernel.group_segment_fixed_size, meta.shared or 0
         )
+        launch, launch_lim = occupancy.launch_occupancy(shape, wave)
         # How far the launch figure is from a cliff either way, in VGPRs (a waves_per_eu floor held: see there).
-        to_cliff, to_gain = occupancy.register_cliffs(
-            arch, wave, kernel.vgpr_count, kernel.sgpr_count, lds, meta.num_warps or 1, **alloc
-        )
+        to_cliff, to_gain = occupancy.register_cliffs(shape, wave)
         # Headroom only where VGPRs are what limits the launch: elsewhere fewer VGPRs gain nothing.
-        headroom = (
-            occupancy.vgpr_headroom(arch, wave, kernel.vgpr_count, kernel.sgpr_count, **alloc)
-            if launch_lim == "vgpr"
-            else None
-        )
+        headroom = occupancy.vgpr_headroom(arch, kernel.vgpr_count, wave) if launch_lim == "vgpr" else None
     except KdbError as exc:
-        comment = asm.occupancy if asm is not None else None
-        if comment is None:
-            add_problem(out, hsaco, "occupancy", f"occupancy unknown: {exc}")
-            return
+        if llvm_comment is None:
+            return {}, f"occupancy unknown: {exc}"
         # LLVM states its own figure in the asm: kept, and said to be LLVM's alone (no limiter, no launch figure).
-        row.update(occupancy_llvm=comment, occupancy_unit="waves/SIMD")
-        add_problem(
-            out, hsaco, "occupancy", f"{arch or 'unknown processor'}: occupancy from LLVM's comment only ({exc})"
+        return (
+            {"occupancy_llvm": llvm_comment, "occupancy_unit": "waves/SIMD"},
+            f"{arch or 'unknown processor'}: occupancy from LLVM's comment only ({exc})",
         )
-        return
-    row.update(
-        occupancy_llvm=occ,
-        occupancy_llvm_limiter=lim,
-        occupancy=launch,
-        occupancy_limiter=launch_lim,
-        occupancy_unit="waves/SIMD",
-        vgpr_headroom=headroom,
-        registers_to_cliff=to_cliff,
-        registers_to_gain=to_gain,
-    )
+    return {
+        "occupancy_llvm": occ,
+        "occupancy_llvm_limiter": lim,
+        "occupancy": launch,
+        "occupancy_limiter": launch_lim,
+        "occupancy_unit": "waves/SIMD",
+        "vgpr_headroom": headroom,
+        "registers_to_cliff": to_cliff,
+        "registers_to_gain": to_gain,
+    }, None
 
 
 def _asm_facts(
@@ -198,24 +197,11 @@ def _asm_facts(
         reload_count=asm.reload_count,
         scratch_instr_count=asm.scratch_instructions,
     )
-    record_loops(
-        out, row, asm_file, folder_digest, "amdgcn", asm.loops, asm.loop_mix, asm.scratch_instructions, "scratch"
-    )
+    loops = LoopFacts("amdgcn", asm.loops, asm.loop_mix, asm.scratch_instructions, "scratch")
+    record_loops(out, row, asm_file, folder_digest, loops)
     # asm.mix classifies with operands (a MUBUF load is scratch only when it addresses scratch)
-    for (mnemonic, grp), count in sorted(asm.mix.items()):
-        out.add(
-            "instr_mix_counts", folder_digest=folder_digest, source="amdgcn", mnemonic=mnemonic, grp=grp, count=count
-        )
-    for (file, line, grp), count in sorted(asm.lines.items()):
-        out.add(
-            "source_line_counts",
-            folder_digest=folder_digest,
-            source="amdgcn",
-            file=file,
-            line=line,
-            grp=grp,
-            count=count,
-        )
+    add_mix(out, folder_digest, "amdgcn", ((mnemonic, grp, n) for (mnemonic, grp), n in sorted(asm.mix.items())))
+    add_source_lines(out, folder_digest, "amdgcn", asm.lines)
 
 
 def _objdump_mix(
@@ -234,15 +220,7 @@ def _objdump_mix(
     groups = {m: classify(m, private) for m in counts}
     scratch = sum(n for m, n in counts.items() if groups[m] == "scratch")
     row.update(instr_source="llvm-objdump", instr_count=sum(counts.values()), scratch_instr_count=scratch)
-    for mnemonic, count in sorted(counts.items()):
-        out.add(
-            "instr_mix_counts",
-            folder_digest=folder_digest,
-            source="llvm-objdump",
-            mnemonic=mnemonic,
-            grp=groups[mnemonic],
-            count=count,
-        )
+    add_mix(out, folder_digest, "llvm-objdump", ((m, groups[m], n) for m, n in sorted(counts.items())))
     nest = found.loops()
     if nest is None:
         add_problem(out, hsaco, "loops", "loop depths unknown: llvm-objdump could not decode every word")
@@ -251,7 +229,7 @@ def _objdump_mix(
     for depth, mnemonic in zip(nest.depths, found.mnemonics, strict=True):
         if depth:
             loop_mix[(depth, mnemonic, groups[mnemonic])] += 1
-    record_loops(out, row, hsaco, folder_digest, "llvm-objdump", nest, dict(loop_mix), scratch, "scratch")
+    record_loops(out, row, hsaco, folder_digest, LoopFacts("llvm-objdump", nest, dict(loop_mix), scratch, "scratch"))
 
 
 def _descriptor(kernel: Any) -> dict[str, Any]:

@@ -11,12 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kdb.analysis.amd.hsaco import parse_hsaco
+from kdb.analysis.external import run_on_bytes
 from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
@@ -99,19 +98,16 @@ def disassemble(hsaco_bytes: bytes, arch: str, symbol: str, objdump: str | None 
     size = next((k.code_size for k in kernels if k.name == symbol), None)
     if size is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="kdb-disasm-") as tmp:
-        path = Path(tmp) / "kernel.hsaco"
-        path.write_bytes(hsaco_bytes)
-        try:
-            proc = subprocess.run(
-                [tool, "-d", f"--mcpu={arch.split(':', 1)[0]}", f"--disassemble-symbols={symbol}", str(path)],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
+    mcpu = arch.split(":", 1)[0]
+    try:
+        proc = run_on_bytes(
+            hsaco_bytes,
+            "kernel.hsaco",
+            lambda path: [tool, "-d", f"--mcpu={mcpu}", f"--disassemble-symbols={symbol}", path],
+            TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
     if proc.returncode != 0:
         return None
     return parse_disassembly(proc.stdout, symbol, size)

@@ -15,11 +15,12 @@ import functools
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 from kdb.analysis import cliffs
+from kdb.analysis.model import LaunchShape
 from kdb.errors import KdbError
 
 KIB = 1024
@@ -129,7 +130,7 @@ GENERIC_TARGETS: dict[int, str] = {spec.mach: name for name, spec in PROCESSORS.
 ARCH_BY_MACH: dict[int, str] = {spec.mach: name for name, spec in PROCESSORS.items()}
 
 
-def processor_name(text: str | None) -> str | None:
+def processor_name(text: str | int | None) -> str | None:
     """The processor a target string names, else None: 'gfx942' from 'gfx942', 'gfx942:sramecc+:xnack-',
     'amdgcn-amd-amdhsa--gfx942:xnack-', 'amdgpu12.50-amd-amdhsa-unknown-gfx1250' (Triton 3.9's LLVM) or
     'amdgcn-amd-amdhsa--gfx10-3-generic'. Not checked against the table: a processor newer than it keeps
@@ -143,13 +144,13 @@ def processor_name(text: str | None) -> str | None:
     return candidate if PROCESSOR_RE.match(candidate) else None
 
 
-def arch_spec(arch: str | None) -> ArchSpec | None:
+def arch_spec(arch: str | int | None) -> ArchSpec | None:
     """The table entry for 'gfx942' (feature suffixes such as ':sramecc+:xnack-' are ignored), else None."""
     name = processor_name(arch)
     return PROCESSORS.get(name) if name else None
 
 
-def _spec(arch: str | None) -> ArchSpec:
+def _spec(arch: str | int | None) -> ArchSpec:
     spec = arch_spec(arch)
     if spec is None:
         known = f"LLVM {processor_table().get('llvm_version', '?')} knows {len(PROCESSORS)} processors"
@@ -182,53 +183,43 @@ def _pick(spec: ArchSpec, bounds: list[tuple[str, int]]) -> tuple[int, str]:
     return waves, next(name for name, value in bounds if value == waves)
 
 
-def _register_bounds(
-    spec: ArchSpec,
-    wave_size: int,
-    vgpr_count: int,
-    sgpr_count: int,
-    allocated_vgprs: int | None,
-    waves_per_eu: int | None,
-) -> list[tuple[str, int]]:
+@dataclass(frozen=True)
+class WaveResources:
+    """What an AMD kernel's occupancy reads besides its VGPR count: the wave size, the SGPRs, and the VGPRs
+    the descriptor allocates, which the hardware reserves and Triton's `waves_per_eu` can raise above use."""
+
+    wave_size: int
+    sgpr_count: int  # `.sgpr_count`: VCC/flat-scratch/XNACK included
+    allocated_vgprs: int | None = None  # the descriptor's rounded-up VGPR(+AGPR) count, when known
+    waves_per_eu: int | None = None  # Triton's `waves_per_eu`, when the compile asked for one
+
+
+def _register_bounds(spec: ArchSpec, vgpr_count: int, wave: WaveResources) -> list[tuple[str, int]]:
     """Waves per SIMD allowed by the VGPRs used, by the VGPRs the descriptor allocates (which the hardware
     reserves; `waves_per_eu` makes LLVM allocate up to that occupancy's budget), and by SGPRs."""
-    used = waves_by_vgprs(spec, wave_size, vgpr_count)
+    used = waves_by_vgprs(spec, wave.wave_size, vgpr_count)
     bounds = [("vgpr", used)]
-    allocated = waves_by_vgprs(spec, wave_size, max(vgpr_count, allocated_vgprs or 0))
+    allocated = waves_by_vgprs(spec, wave.wave_size, max(vgpr_count, wave.allocated_vgprs or 0))
     if allocated < used:
-        bounds.append(("waves_per_eu" if waves_per_eu else "vgpr_allocation", allocated))
-    bounds.append(("sgpr", waves_by_sgprs(spec, sgpr_count)))
+        bounds.append(("waves_per_eu" if wave.waves_per_eu else "vgpr_allocation", allocated))
+    bounds.append(("sgpr", waves_by_sgprs(spec, wave.sgpr_count)))
     return bounds
 
 
-def compiler_occupancy(
-    arch: str,
-    wave_size: int,
-    vgpr_count: int,
-    sgpr_count: int,
-    allocated_vgprs: int | None = None,
-    waves_per_eu: int | None = None,
-) -> tuple[int, str]:
+def compiler_occupancy(arch: str, vgpr_count: int, wave: WaveResources) -> tuple[int, str]:
     """LLVM's `; Occupancy:` figure: waves per SIMD from `.vgpr_count`, the descriptor's VGPR allocation
-    (`allocated_vgprs`, when known) and `.sgpr_count`, and its limiter."""
+    (when known) and `.sgpr_count`, and its limiter. It knows nothing of the launch (LDS, workgroup size)."""
     spec = _spec(arch)
-    return _pick(spec, _register_bounds(spec, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu))
+    return _pick(spec, _register_bounds(spec, vgpr_count, wave))
 
 
-def launch_occupancy(
-    arch: str,
-    wave_size: int,
-    vgpr_count: int,
-    sgpr_count: int,
-    lds_bytes: int,
-    num_warps: int,
-    allocated_vgprs: int | None = None,
-    waves_per_eu: int | None = None,
-) -> tuple[int, str]:
-    """Launch-time estimate: LLVM's figure, further bounded by LDS (static + Triton's `shared`) and by
-    whole workgroups fitting on one CU/WGP. Not checked on hardware; report it beside compiler_occupancy."""
-    spec = _spec(arch)
-    num_warps = max(num_warps, 1)
+def launch_occupancy(shape: LaunchShape, wave: WaveResources) -> tuple[int, str]:
+    """Launch-time estimate: LLVM's figure (`shape.registers` VGPRs), further bounded by LDS (static + Triton's
+    `shared`) and by whole workgroups fitting on one CU/WGP. Not checked on hardware; report it beside
+    compiler_occupancy."""
+    spec = _spec(shape.arch)
+    num_warps = max(shape.num_warps, 1)
+    lds_bytes = shape.static_shared + shape.dynamic_shared
     if lds_bytes > spec.lds_per_workgroup:
         return 0, "lds"
     cap = spec.workgroups_per_cu if num_warps > 1 else spec.max_waves_per_simd * spec.simds_per_cu
@@ -237,45 +228,27 @@ def launch_occupancy(
     resident = math.ceil(workgroups * num_warps / spec.simds_per_cu)
     # Name LDS when it is what bounds the workgroup count, else the workgroup cap itself.
     wg_bound = ("lds" if by_lds < cap else "workgroup", resident)
-    return _pick(
-        spec, _register_bounds(spec, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu) + [wg_bound]
-    )
+    return _pick(spec, _register_bounds(spec, shape.registers, wave) + [wg_bound])
 
 
-def vgpr_headroom(
-    arch: str,
-    wave_size: int,
-    vgpr_count: int,
-    sgpr_count: int,
-    allocated_vgprs: int | None = None,
-    waves_per_eu: int | None = None,
-) -> int | None:
+def vgpr_headroom(arch: str, vgpr_count: int, wave: WaveResources) -> int | None:
     """How many fewer VGPRs would give one more wave per SIMD (compiler figure); None when already at the
     maximum, or when VGPRs are not what limits it (SGPRs, or a descriptor allocation set by `waves_per_eu`)."""
     spec = _spec(arch)
-    current, limiter = compiler_occupancy(arch, wave_size, vgpr_count, sgpr_count, allocated_vgprs, waves_per_eu)
+    current, limiter = compiler_occupancy(arch, vgpr_count, wave)
     if limiter != "vgpr":
         return None
     target = current + 1
-    if target > spec.max_waves_per_simd or waves_by_sgprs(spec, sgpr_count) < target:
+    if target > spec.max_waves_per_simd or waves_by_sgprs(spec, wave.sgpr_count) < target:
         return None
-    granule = spec.vgpr_granule(wave_size)
-    fits = spec.vgpr_budget(wave_size) // target // granule * granule
+    granule = spec.vgpr_granule(wave.wave_size)
+    fits = spec.vgpr_budget(wave.wave_size) // target // granule * granule
     if fits < 1 or fits >= vgpr_count:
         return None
     return vgpr_count - fits
 
 
-def register_cliffs(
-    arch: str,
-    wave_size: int,
-    vgpr_count: int,
-    sgpr_count: int,
-    lds_bytes: int,
-    num_warps: int,
-    allocated_vgprs: int | None = None,
-    waves_per_eu: int | None = None,
-) -> tuple[int, int | None]:
+def register_cliffs(shape: LaunchShape, wave: WaveResources) -> tuple[int, int | None]:
     """(registers_to_cliff, registers_to_gain) of the launch figure (`launch_occupancy`, same arguments):
 
     - registers_to_cliff: how many VGPRs the kernel can gain (up to the processor's most VGPRs per wave,
@@ -291,15 +264,18 @@ def register_cliffs(
     A `waves_per_eu` whose floor lies at or below the count leaves no trace in the code object: there the
     figures are those of a compile that asked for no maximum. Definitions: kdb/analysis/cliffs.py.
     """
-    spec = _spec(arch)
-    granule = spec.descriptor_vgpr_granule(wave_size) or 1
-    floor = allocated_vgprs if allocated_vgprs is not None and allocated_vgprs > _round_up(vgpr_count, granule) else 0
+    spec = _spec(shape.arch)
+    granule = spec.descriptor_vgpr_granule(wave.wave_size) or 1
+    allocated_vgprs = wave.allocated_vgprs
+    floor = (
+        allocated_vgprs if allocated_vgprs is not None and allocated_vgprs > _round_up(shape.registers, granule) else 0
+    )
 
     def waves(vgprs: int) -> int:
         allocated = max(_round_up(vgprs, granule), floor) if allocated_vgprs is not None else None
-        return launch_occupancy(arch, wave_size, vgprs, sgpr_count, lds_bytes, num_warps, allocated, waves_per_eu)[0]
+        return launch_occupancy(shape.with_registers(vgprs), replace(wave, allocated_vgprs=allocated))[0]
 
-    return cliffs.register_cliffs(waves, vgpr_count, spec.max_vgprs_per_wave)
+    return cliffs.register_cliffs(waves, shape.registers, spec.max_vgprs_per_wave)
 
 
 def _round_up(value: int, granule: int) -> int:

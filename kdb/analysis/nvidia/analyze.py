@@ -9,8 +9,12 @@ from kdb.analysis.model import (
     AnalysisOptions,
     FolderAnalysis,
     FolderFile,
+    LaunchShape,
+    LoopFacts,
     SassRequest,
+    add_mix,
     add_problem,
+    add_source_lines,
     clear_loops,
     first_file,
     record_loops,
@@ -85,28 +89,12 @@ def analyze_nvidia(
                 spill_count=sum(n for op, n in fn.opcodes.items() if op.startswith("st.local")),
                 reload_count=sum(n for op, n in fn.opcodes.items() if op.startswith("ld.local")),
             )
-            for op, count in sorted(fn.opcodes.items()):
-                out.add(
-                    "instr_mix_counts",
-                    folder_digest=folder_digest,
-                    source="ptx",
-                    mnemonic=op,
-                    grp=opcode_group(op),
-                    count=count,
-                )
-            for (file, line, grp), count in sorted(fn.lines.items()):
-                out.add(
-                    "source_line_counts",
-                    folder_digest=folder_digest,
-                    source="ptx",
-                    file=file,
-                    line=line,
-                    grp=grp,
-                    count=count,
-                )
+            add_mix(out, folder_digest, "ptx", ((op, opcode_group(op), n) for op, n in sorted(fn.opcodes.items())))
+            add_source_lines(out, folder_digest, "ptx", fn.lines)
             row.update(instr_source="ptx", instr_count=fn.total)
             # local memory (ld.local/st.local) is what PTX spills to: the "scratch" of the loop columns
-            record_loops(out, row, ptx_file, folder_digest, "ptx", fn.loops, fn.loop_mix, fn.groups["local"], "local")
+            loops = LoopFacts("ptx", fn.loops, fn.loop_mix, fn.groups["local"], "local")
+            record_loops(out, row, ptx_file, folder_digest, loops)
         except ParseError as exc:
             add_problem(out, ptx_file, "ptx", str(exc))
     if cubin_file is not None and kernel is not None:
@@ -159,20 +147,21 @@ def kernel_occupancy(cubin: Cubin, kernel: CubinKernel, meta: KernelMeta) -> tup
         num_warps = bound[0] // 32
     if meta.shared is None:
         raise UsageError("no 'shared' (dynamic shared memory) in the JSON")
-    args = (cubin.arch, num_warps, kernel.registers, kernel.static_shared, meta.shared)
-    warps, blocks, limiter = nv_occupancy.occupancy(*args)
+    shape = LaunchShape(cubin.arch, num_warps, kernel.registers, kernel.static_shared, meta.shared)
+    warps, blocks, limiter = nv_occupancy.occupancy(shape)
     # ptxas 13 declares named barriers in EIATTR_NUM_BARRIERS, ptxas 12 in the .text section's sh_flags
     barriers = _attribute(kernel, "EIATTR_NUM_BARRIERS") or kernel.barriers
     vrc = _attribute(kernel, "EIATTR_VRC_CTA_INIT_COUNT") or 0
-    d_warps, d_blocks, d_limiter = nv_occupancy.occupancy(*args, barriers=barriers, virtual_resources=vrc)
+    declared = nv_occupancy.FuncAttributes(barriers, vrc)
+    d_warps, d_blocks, d_limiter = nv_occupancy.occupancy(shape, declared)
     if (d_warps, d_limiter) != (warps, limiter):
         raise UsageError(
             f"{cubin.arch_name}: {blocks} blocks/SM ({limiter}) by the calculator's defaults, {d_blocks} ({d_limiter}) "
             f"if the driver charges the cubin's EIATTR_NUM_BARRIERS={barriers} and EIATTR_VRC_CTA_INIT_COUNT={vrc}; "
             "not measured on this architecture"
         )
-    to_cliff, to_gain = nv_occupancy.register_cliffs(*args)
-    d_cliff, d_gain = nv_occupancy.register_cliffs(*args, barriers=barriers, virtual_resources=vrc)
+    to_cliff, to_gain = nv_occupancy.register_cliffs(shape)
+    d_cliff, d_gain = nv_occupancy.register_cliffs(shape, declared)
     if d_cliff != to_cliff:  # cannot happen where the occupancy agrees (see above); never recorded half-known
         raise UsageError(f"{cubin.arch_name}: {to_cliff} or {d_cliff} registers to the next occupancy cliff")
     return warps, limiter, to_cliff, to_gain if d_gain == to_gain else None
@@ -186,18 +175,12 @@ def apply_sass(out: FolderAnalysis, row: dict[str, Any], folder_digest: str, res
             out.problems.append((out.sass.path, "sass", result.reason or "nvdisasm failed"))
         return
     row.update(instr_source="sass", instr_count=sum(result.counts.values()), instr_note=None)
-    for op, count in sorted(result.counts.items()):
-        out.add(
-            "instr_mix_counts",
-            folder_digest=folder_digest,
-            source="sass",
-            mnemonic=op,
-            grp=nvtools.sass_group(op),
-            count=count,
-        )
+    add_mix(out, folder_digest, "sass", ((op, nvtools.sass_group(op), n) for op, n in sorted(result.counts.items())))
     # The loop facts follow the instr_source: the PTX ones give way to the SASS ones (LDL/STL are its "scratch").
     clear_loops(out, row, "ptx")
     if result.loops is not None:
         local = sum(n for op, n in result.counts.items() if nvtools.sass_group(op) == "local")
         cubin_file = FolderFile(out.sass.path, "cubin", b"") if out.sass is not None else None
-        record_loops(out, row, cubin_file, folder_digest, "sass", result.loops, result.loop_mix, local, "local")
+        record_loops(
+            out, row, cubin_file, folder_digest, LoopFacts("sass", result.loops, result.loop_mix, local, "local")
+        )

@@ -42,6 +42,7 @@ from importlib import resources
 from typing import Any
 
 from kdb.analysis import cliffs
+from kdb.analysis.model import LaunchShape
 from kdb.errors import UsageError
 
 KIB = 1024
@@ -190,23 +191,33 @@ def _shared_limit(lim: SmLimits, static_shared: int, dynamic_shared: int) -> int
     return per_sm // per_block
 
 
-def block_limits(
-    arch: int | str,
-    num_warps: int,
-    regs_per_thread: int,
-    static_shared: int,
-    dynamic_shared: int,
-    *,
-    barriers: int = 1,
-    virtual_resources: int = 0,
-) -> dict[str, int]:
-    """Resident blocks per SM allowed by each resource alone, keyed by LIMITERS (UNLIMITED: not limiting)."""
-    lim = limits_for(arch)
-    if num_warps <= 0 or min(regs_per_thread, static_shared, dynamic_shared, barriers, virtual_resources) < 0:
+@dataclass(frozen=True)
+class FuncAttributes:
+    """The calculator's function attributes besides registers and shared sizes (``cudaOccFuncAttributes``):
+    block barriers (``numBlockBarriers``) and virtual resources (``virtualResourceCount``). The defaults are what
+    it takes for a plain ``cudaFuncAttributes``."""
+
+    barriers: int = 1
+    virtual_resources: int = 0
+
+
+CALCULATOR_DEFAULTS = FuncAttributes()
+
+
+def block_limits(shape: LaunchShape, attributes: FuncAttributes = CALCULATOR_DEFAULTS) -> dict[str, int]:
+    """Resident blocks per SM allowed by each resource alone, keyed by LIMITERS (UNLIMITED: not limiting).
+    SHAPE's shared sizes: the cubin's static ``.nv.shared.<kernel>`` and the launch's dynamic bytes."""
+    lim = limits_for(shape.arch)
+    num_warps, regs_per_thread = shape.num_warps, shape.registers
+    barriers, virtual_resources = attributes.barriers, attributes.virtual_resources
+    if (
+        num_warps <= 0
+        or min(regs_per_thread, shape.static_shared, shape.dynamic_shared, barriers, virtual_resources) < 0
+    ):
         raise UsageError("occupancy needs num_warps > 0 and non-negative registers, shared sizes and barriers")
     out = {
         "registers": _register_limit(lim, num_warps, regs_per_thread),
-        "shared": _shared_limit(lim, static_shared, dynamic_shared),
+        "shared": _shared_limit(lim, shape.static_shared, shape.dynamic_shared),
         "warps": 0 if num_warps * lim.warp_size > lim.max_threads_per_block else lim.max_warps_per_sm // num_warps,
         "blocks": lim.max_blocks_per_sm,
         "barriers": UNLIMITED,
@@ -219,41 +230,15 @@ def block_limits(
     return out
 
 
-def occupancy(
-    arch: int | str,
-    num_warps: int,
-    regs_per_thread: int,
-    static_shared: int = 0,
-    dynamic_shared: int = 0,
-    *,
-    barriers: int = 1,
-    virtual_resources: int = 0,
-) -> tuple[int, int, str]:
+def occupancy(shape: LaunchShape, attributes: FuncAttributes = CALCULATOR_DEFAULTS) -> tuple[int, int, str]:
     """(warps_per_sm, blocks_per_sm, limiter). On a tie the limiter is the first in LIMITERS."""
-    per_resource = block_limits(
-        arch,
-        num_warps,
-        regs_per_thread,
-        static_shared,
-        dynamic_shared,
-        barriers=barriers,
-        virtual_resources=virtual_resources,
-    )
+    per_resource = block_limits(shape, attributes)
     blocks = min(per_resource.values())
     limiter = next(name for name in LIMITERS if per_resource[name] == blocks)
-    return blocks * num_warps, blocks, limiter
+    return blocks * shape.num_warps, blocks, limiter
 
 
-def register_cliffs(
-    arch: int | str,
-    num_warps: int,
-    regs_per_thread: int,
-    static_shared: int = 0,
-    dynamic_shared: int = 0,
-    *,
-    barriers: int = 1,
-    virtual_resources: int = 0,
-) -> tuple[int, int | None]:
+def register_cliffs(shape: LaunchShape, attributes: FuncAttributes = CALCULATOR_DEFAULTS) -> tuple[int, int | None]:
     """(registers_to_cliff, registers_to_gain) of the warps per SM `occupancy` gives for the same arguments:
 
     - registers_to_cliff: how many registers per thread the kernel can gain (up to the Programming Guide's
@@ -264,17 +249,9 @@ def register_cliffs(
     Registers are allocated per warp in the calculator's granularity (``register_alloc_unit``), inside each
     sub-partition, as `occupancy` computes them. Definitions: kdb/analysis/cliffs.py.
     """
-    lim = limits_for(arch)
+    lim = limits_for(shape.arch)
 
     def warps(regs: int) -> int:
-        return occupancy(
-            arch,
-            num_warps,
-            regs,
-            static_shared,
-            dynamic_shared,
-            barriers=barriers,
-            virtual_resources=virtual_resources,
-        )[0]
+        return occupancy(shape.with_registers(regs), attributes)[0]
 
-    return cliffs.register_cliffs(warps, regs_per_thread, lim.device_max_registers_per_thread)
+    return cliffs.register_cliffs(warps, shape.registers, lim.device_max_registers_per_thread)

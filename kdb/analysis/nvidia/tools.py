@@ -33,11 +33,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdb.analysis.external import run_on_bytes
 from kdb.analysis.loops import NEXT, Flow, LoopNest, Step, loop_nest
 from kdb.errors import ParseError
 
@@ -168,19 +168,10 @@ def sass_by_kernel(cubin: bytes) -> dict[str, Counter[str]] | None:
     if tool is None:
         return None
     # -c: code sections only; -ndf: skip dataflow analysis (same listing, half the time).
-    with tempfile.TemporaryDirectory(prefix="kdb-sass-") as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        try:
-            proc = subprocess.run(
-                [str(tool), "-c", "-ndf", str(path)],
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise ParseError(f"nvdisasm took longer than {TOOL_TIMEOUT_S} s") from exc
+    try:
+        proc = run_on_bytes(cubin, "kernel.cubin", lambda path: [str(tool), "-c", "-ndf", path], TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise ParseError(f"nvdisasm took longer than {TOOL_TIMEOUT_S} s") from exc
     if proc.returncode != 0:
         if "Cannot decode architecture" in proc.stderr:
             # An nvdisasm older than the cubin (CUDA 12.8 cannot read sm_103): no tool for this arch.
@@ -353,19 +344,12 @@ def _sass_raw(tool: Path, arch: str, codes: list[bytes]) -> list[SassResult] | s
     for code in codes:
         starts.append(offset)
         offset += len(code)
-    with tempfile.TemporaryDirectory(prefix="kdb-sass-") as tmp:
-        path = Path(tmp) / "code.bin"
-        path.write_bytes(b"".join(codes))
-        try:
-            proc = subprocess.run(
-                [str(tool), "-b", arch, str(path)],
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S + len(codes),
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return f"nvdisasm took longer than {TOOL_TIMEOUT_S + len(codes)} s"
+    try:
+        proc = run_on_bytes(
+            b"".join(codes), "code.bin", lambda path: [str(tool), "-b", arch, path], TOOL_TIMEOUT_S + len(codes)
+        )
+    except subprocess.TimeoutExpired:
+        return f"nvdisasm took longer than {TOOL_TIMEOUT_S + len(codes)} s"
     if proc.returncode != 0:
         if any(m in proc.stderr for m in UNKNOWN_ARCH):
             return None
