@@ -7,7 +7,6 @@ LLVM 22 (parsed here with small readers of their own), and LLVM's `; Occupancy:`
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import re
 from collections import Counter
@@ -19,6 +18,7 @@ import oracle_cache
 import pytest
 import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
+from elf_oracle import assert_elf64_reads_as_pyelftools
 
 from kdb.analysis.amd import descriptor as amd_descriptor
 from kdb.analysis.amd import disasm
@@ -477,36 +477,15 @@ def test_asm_mnemonics_match_objdump(snapshot: str, snapshot_kernels) -> None:
 @needs_corpus
 @per_snapshot
 def test_elf_records_match_pyelftools(snapshot: str, snapshot_kernels) -> None:
-    """kdb.analysis.elf64 reads the section headers and symbols of every code object exactly as pyelftools,
-    an independent ELF reader, does."""
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
-
+    """kdb.analysis.elf64 reads the header, section headers and symbols of every code object exactly as
+    pyelftools, an independent ELF reader, does."""
     from kdb.analysis import elf64
 
     kernels = snapshot_kernels(snapshot)
     assert kernels
     for kernel in kernels:
-        data = kernel.hsaco
-        ours = elf64.sections(data, elf64.header(data))
-        elf = ELFFile(io.BytesIO(data))
-        assert elf64.header(data).machine == 224 and elf.header["e_machine"] in ("EM_AMDGPU", 224)
-        theirs = list(elf.iter_sections())
-        assert [(s.name, s.offset, s.size, s.addr) for s in ours] == [
-            (t.name, t.header["sh_offset"], t.header["sh_size"], t.header["sh_addr"]) for t in theirs
-        ], kernel.folder.name
-        tables = [i for i, t in enumerate(theirs) if isinstance(t, SymbolTableSection)]
-        assert tables, kernel.folder.name
-        for i in tables:
-            table = theirs[i]
-            assert isinstance(table, SymbolTableSection)
-            expected = [
-                (sym.name, sym["st_value"], sym["st_size"], sym["st_info"]["type"]) for sym in table.iter_symbols()
-            ]
-            types = {elf64.STT_FUNC: "STT_FUNC", elf64.STT_OBJECT: "STT_OBJECT"}
-            got = [(sym.name, sym.value, sym.size, types.get(sym.type)) for sym in elf64.symbols(data, ours[i], ours)]
-            assert [g[:3] for g in got] == [e[:3] for e in expected], kernel.folder.name
-            assert [g[3] for g in got if g[3]] == [e[3] for e in expected if e[3] in types.values()]
+        assert elf64.header(kernel.hsaco).machine == 224
+        assert_elf64_reads_as_pyelftools(kernel.hsaco, kernel.folder.name)
 
 
 @needs_corpus

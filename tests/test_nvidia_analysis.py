@@ -29,6 +29,7 @@ import oracle_cache
 import pytest
 import sampling
 from conftest import CORPUS, compiled_kernels, load_manifest
+from elf_oracle import assert_elf64_reads_as_pyelftools
 
 from kdb.analysis.model import LaunchShape
 from kdb.analysis.nvidia import occupancy as nv_occupancy
@@ -384,6 +385,15 @@ def test_ptx_counts(snapshot: str, snapshot_kernels) -> None:
         assert files and all(p == "" or p.endswith(".py") for p in files)
         assert ptx.files and all(p.endswith(".py") for p in ptx.files.values())
         assert fn.reg_decls.get(".b32", 0) > 0
+
+
+@needs_corpus
+@per_snapshot
+def test_elf_records_match_pyelftools(snapshot: str, snapshot_kernels) -> None:
+    """kdb.analysis.elf64, the ELF reader cubins and code objects share, reads every cubin's header, section
+    headers, section bytes and symbols exactly as pyelftools, an independent ELF reader, does."""
+    for kernel in snapshot_kernels(snapshot):
+        assert_elf64_reads_as_pyelftools(kernel.cubin, kernel.folder.name)
 
 
 # ---- malformed input ------------------------------------------------------------------------------------------
