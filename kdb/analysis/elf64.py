@@ -26,6 +26,8 @@ NOTE_HEADER_SIZE = _NHDR.size
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 # Elf64_Sym: name, info, other, shndx, value, size
 _SYM = struct.Struct("<IBBHQQ")
+SECTION_HEADER_SIZE, SYMBOL_SIZE = _SHDR.size, _SYM.size
+PROGRAM_HEADER_SIZE = 56  # Elf64_Phdr, which kdb does not read
 SHT_NULL, SHT_SYMTAB, SHT_STRTAB, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = 0, 2, 3, 7, 8, 11
 STT_OBJECT, STT_FUNC = 1, 2
 # st_shndx values that name no section (SHN_UNDEF, SHN_ABS, SHN_COMMON)

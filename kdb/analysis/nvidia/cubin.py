@@ -53,9 +53,6 @@ from kdb.errors import ParseError
 EM_CUDA = 190
 # st_other bit 4 marks a kernel entry point (``.entry`` in PTX) as opposed to a ``.func``.
 STO_CUDA_ENTRY = 0x10
-ELF64_SYMBOL_SIZE = 24
-ELF64_SECTION_HEADER_SIZE = 64
-ELF64_PROGRAM_HEADER_SIZE = 56
 # e_flags of a CUDA ELF, by EI_ABIVERSION (module docstring)
 EF_CUDA_SM_V7 = BitField("EF_CUDA_SM (ABI 7)", 0, 8)
 EF_CUDA_ARCH_SPECIFIC_V7 = BitField("EF_CUDA_ARCH_SPECIFIC (ABI 7)", 11, 1)
@@ -190,12 +187,12 @@ def _checked_header(data: bytes) -> elf64.Header:
         raise ParseError(f"ELF machine {hdr.machine} is not EM_CUDA (190)")
     if (
         hdr.shnum == 0
-        or hdr.shentsize != ELF64_SECTION_HEADER_SIZE
-        or hdr.shoff + hdr.shnum * ELF64_SECTION_HEADER_SIZE > len(data)
+        or hdr.shentsize != elf64.SECTION_HEADER_SIZE
+        or hdr.shoff + hdr.shnum * elf64.SECTION_HEADER_SIZE > len(data)
     ):
         raise ParseError("section header table missing or outside the file")
     if hdr.phnum and (
-        hdr.phentsize != ELF64_PROGRAM_HEADER_SIZE or hdr.phoff + hdr.phnum * ELF64_PROGRAM_HEADER_SIZE > len(data)
+        hdr.phentsize != elf64.PROGRAM_HEADER_SIZE or hdr.phoff + hdr.phnum * elf64.PROGRAM_HEADER_SIZE > len(data)
     ):
         raise ParseError("program header table outside the file (truncated?)")
     return hdr
@@ -223,7 +220,7 @@ def _parse(data: bytes, hdr: elf64.Header) -> Cubin:
     symtab = next((sec for sec in reversed(all_sections) if sec.type == elf64.SHT_SYMTAB), None)
     if symtab is None:
         raise ParseError("cubin has no symbol table")
-    if symtab.entsize != ELF64_SYMBOL_SIZE:
+    if symtab.entsize != elf64.SYMBOL_SIZE:
         raise ParseError("symbol table is malformed")
     per_symbol = _per_symbol_figures(sections.get(".nv.info"), data)
     kernels = [
