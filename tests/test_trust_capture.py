@@ -183,7 +183,7 @@ def test_a_commit_refuses_a_tag_ingested_while_it_was_looking(capsys, ingested_c
     """The race between the commit's look and its append: `kdb ingest` makes the tag after the look (planted here
     by passing the look). The append itself, inside the writing transaction, refuses a snapshot made another way:
     ForeignSnapshot, the snapshot unchanged, the folders still spooled."""
-    from kdb.capture import cache
+    from kdb.capture import cache, recording
 
     home = ingested_copy([(OLD, OLD)])
     source = unpack_snapshot("t3.6.0-gfx942")
@@ -191,7 +191,7 @@ def test_a_commit_refuses_a_tag_ingested_while_it_was_looking(capsys, ingested_c
     spooled = layout(home, OLD)
     shutil.copytree(folder, spooled.spool / folder.name)
     before = kdb(capsys, home, "show", OLD, "--format", "json")
-    monkeypatch.setattr(cache, "check_own_snapshot", lambda *args, **kwargs: None)
+    monkeypatch.setattr(recording, "check_own_snapshot", lambda *args, **kwargs: None)
     from kdb.store.home import Home
 
     with pytest.raises(cache.ForeignSnapshot, match="not made with captured_by=kdb.capture"):
