@@ -70,7 +70,8 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     """Match the kernels of the two sides (each a tag or a cache directory) and compare them; a rank by time no
     profile measured, or a --kernel naming more kernels than --limit, is a notice. The format is the caller's to
     check (diff_formats()) before this is called."""
-    from kdb.diff.engine import RANKS, diff_sides, ranked, select
+    from kdb.diff.deep import select
+    from kdb.diff.engine import RANKS, diff_sides, ranked
     from kdb.diff.model import DiffOptions
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.terminal import ONLY
