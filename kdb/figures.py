@@ -4,15 +4,17 @@ A *figure* is one number the analysis records per kernel (a column of the `kerne
 reports name it, its unit, which direction is worse, the analysis stages whose failure leaves it unknown, and
 whether the diff compares it. A *role* is what a figure means for a backend: which column is its register count,
 its spills, its scratch, its launch and compiler occupancy, and the words its reports use. Each backend declares
-its roles once (kdb/analysis/amd/figures.py, kdb/analysis/nvidia/figures.py; hung on kdb/analysis/registry.py);
+its roles once, as data (kdb/analysis/amd/figures.json, kdb/analysis/nvidia/figures.json, read by load_roles and
+hung on kdb/analysis/registry.py);
 the diff, the verdicts, the rules, the winners, the tables, markdown, CSV, JSON and the report read roles and
 never a backend's name. Ground floor: imports nothing of kdb.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 HIGHER, LOWER = "higher", "lower"  # which direction of a figure is worse
 
@@ -133,6 +135,23 @@ class FigureRoles:
 
     def occupancy_columns(self) -> tuple[str, ...]:
         return (self.launch_occupancy,) + ((self.compiler_occupancy,) if self.compiler_occupancy else ())
+
+
+def load_roles(text: str) -> FigureRoles:
+    """A backend's roles from its figures.json (`why` holds the comments). Every column it names must be a
+    declared figure, every field present: a roles file that drifts from FIGURES fails when kdb starts."""
+    raw = {k: v for k, v in json.loads(text).items() if k != "why"}
+    names = {f.name for f in fields(FigureRoles)}
+    if set(raw) != names:
+        raise ValueError(f"roles file fields differ from FigureRoles: {sorted(set(raw) ^ names)}")
+    wording = Wording(**raw.pop("wording"))
+    roles = FigureRoles(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}, wording=wording)
+    named = [roles.registers, roles.memory_spill, roles.launch_occupancy, roles.shared_listed, *roles.spill_counts]
+    named += [*roles.spill_memory, *roles.scratch, *roles.extra_memory, *roles.expected, *roles.verdict_spills]
+    named += [*roles.verdict_resources, *roles.labels, *(c for c in roles.table_cells if c)]
+    named += [roles.compiler_occupancy] if roles.compiler_occupancy else []
+    columns(" ".join(named))  # raises on a column FIGURES does not declare
+    return roles
 
 
 def wording_for(roles: Iterable[FigureRoles], default: FigureRoles) -> Wording:

@@ -4,10 +4,11 @@ and catalog figures checked against independent sources on the corpus."""
 from __future__ import annotations
 
 import json
+import re
 
 import duckdb
 import pytest
-from conftest import load_manifest
+from conftest import ROOT, load_manifest
 from helpers import kdb
 
 from kdb.ingest.columns import STAGED_COLUMNS
@@ -242,14 +243,8 @@ def test_migration_008_moves_inductor_modules_into_sets(capsys, unpacked_archive
     assert kdb(capsys, home, "sql", sets, "--format", "json").json() == [{"n": 0, "rows": 0}]
 
 
-MIGRATION_010_COLUMNS = (
-    "max_loop_depth",
-    "scratch_instr_in_loops",
-    "loop_weighted_scratch",
-    "scratch_by_loop_depth",
-    "registers_to_cliff",
-    "registers_to_gain",
-)
+# the columns migration 010 added, as its ALTER TABLE statements name them
+MIGRATION_010_COLUMNS = tuple(re.findall(r"ADD COLUMN (\w+)", (ROOT / "schema" / "010_loops.sql").read_text()))
 
 
 @pytest.mark.slow  # outside the inner loop: 2 s on 2 cores (bench/test_suite.py)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from kdb.analysis.amd.analyze import analyze_amd
-from kdb.analysis.amd.figures import AMD_ROLES
 from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, first_file
 from kdb.analysis.nvidia.analyze import analyze_nvidia
-from kdb.analysis.nvidia.figures import NVIDIA_ROLES
-from kdb.figures import FigureRoles, Wording, wording_for
+from kdb.figures import FigureRoles, Wording, load_roles, wording_for
 from kdb.triton.kernel_json import KernelMeta
 
 Analyze = Callable[[FolderAnalysis, dict[str, Any], str, KernelMeta, list[FolderFile], AnalysisOptions], None]
@@ -30,6 +29,11 @@ class Backend:
     roles: FigureRoles  # what its figures mean, and the words its reports use (kdb/figures.py)
 
 
+def _roles(vendor: str) -> FigureRoles:
+    return load_roles(resources.files(f"kdb.analysis.{vendor}").joinpath("figures.json").read_text())
+
+
+AMD_ROLES, NVIDIA_ROLES = _roles("amd"), _roles("nvidia")
 BACKENDS: tuple[Backend, ...] = (
     Backend("hip", "hsaco", analyze_amd, AMD_ROLES),
     Backend("cuda", "cubin", analyze_nvidia, NVIDIA_ROLES),

@@ -6,6 +6,8 @@ Pure functions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
 from kdb.diff.terminal import HEADERS, TableOptions, cliff_line, row, rows_shown, rules_line, summary_line
 from kdb.diff.views import view_markdown
@@ -82,19 +84,26 @@ def _fired(r: DiffResult, budget: _Budget) -> None:
         if not budget.fits(head):
             continue
         budget.add(head)
-        listed = 0
-        for k in hits[:FIRED_LISTED]:
-            line = (
-                f"- `{r.key_of(k)}` `{_esc(elide_middle(k.name, NAME_WIDTH, 0.35))}` — {k.status.label}: "
-                f"{_esc(elide_end(k.reason or '', REASON_WIDTH))}\n"
-            )
-            if not budget.fits(line, 4 * _TRAILER):
-                break
-            budget.add(line)
-            listed += 1
+        lines = (
+            f"- `{r.key_of(k)}` `{_esc(elide_middle(k.name, NAME_WIDTH, 0.35))}` — {k.status.label}: "
+            f"{_esc(elide_end(k.reason or '', REASON_WIDTH))}\n"
+            for k in hits[:FIRED_LISTED]
+        )
+        listed = _add_while_fits(budget, lines, 4 * _TRAILER)
         if listed < len(hits):
             budget.add(f"- … and {len(hits) - listed} more (`--format json` lists every kernel's `fired_rules`)\n")
         budget.add("\n")
+
+
+def _add_while_fits(budget: _Budget, lines: Iterable[str], reserve: int) -> int:
+    """Add each line while it fits with `reserve` characters to spare; how many were added."""
+    added = 0
+    for line in lines:
+        if not budget.fits(line, reserve):
+            break
+        budget.add(line)
+        added += 1
+    return added
 
 
 _WINNER_HEAD = "| kernel | A winner | B winner | A resources | B resources | worse |\n|---|---|---|---|---|---|\n"
@@ -113,20 +122,16 @@ def _winners(r: DiffResult, b: _Budget, top: int) -> None:
     if not shown:
         return
     b.add(_WINNER_HEAD)
-    done = 0
-    for w in shown[:top]:
-        line = (
-            f"| `{_esc(elide_middle(w.name, NAME_WIDTH))}` {w.status}"
-            f"{' `' + _esc(elide_middle(w.module, 24)) + '`' if w.module else ''} "
-            f"| {_winner_cell(w.a, config_text(w.a.config) if w.a else '')} "
-            f"| {_winner_cell(w.b, config_text(w.b.config) if w.b else '')} "
-            f"| {_esc(resources_text(w.a)) if w.a else '-'} | {_esc(resources_text(w.b)) if w.b else '-'} "
-            f"| {_esc(', '.join(w.worse) or (w.unchecked or ''))} |\n"
-        )
-        if not b.fits(line, 2 * _TRAILER):
-            break
-        b.add(line)
-        done += 1
+    lines = (
+        f"| `{_esc(elide_middle(w.name, NAME_WIDTH))}` {w.status}"
+        f"{' `' + _esc(elide_middle(w.module, 24)) + '`' if w.module else ''} "
+        f"| {_winner_cell(w.a, config_text(w.a.config) if w.a else '')} "
+        f"| {_winner_cell(w.b, config_text(w.b.config) if w.b else '')} "
+        f"| {_esc(resources_text(w.a)) if w.a else '-'} | {_esc(resources_text(w.b)) if w.b else '-'} "
+        f"| {_esc(', '.join(w.worse) or (w.unchecked or ''))} |\n"
+        for w in shown[:top]
+    )
+    done = _add_while_fits(b, lines, 2 * _TRAILER)
     if done < len(shown):
         b.add(f"\n{len(shown) - done} more winners not listed; `--format json` lists every winner.\n")
 

@@ -115,6 +115,21 @@ def _a_vs_b_traces(
     return traces
 
 
+def _kernel_bars(items: list[dict[str, Any]], series: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One horizontal bar trace per (key, name) of `series` over the kernels of `items` (their `label`s)."""
+    return [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": [x["label"] for x in items],
+            "x": [x[key] for x in items],
+            "hovertext": [x["kernel"] for x in items],
+        }
+        for key, name in series
+    ]
+
+
 def _loop_scratch_figure(r: DiffResult, words: Wording) -> tuple[dict[str, Any], int]:
     """Loop-weighted scratch, A vs B: each scratch / local-memory instruction weighted 32 per loop depth
     (kdb/analysis/loops.py), so a kernel whose spills moved into a loop rises far above the diagonal."""
@@ -168,17 +183,7 @@ def diff_figures(r: DiffResult) -> tuple[dict[str, Any], dict[str, int]]:
     series = [("scratch bytes", words.scratch_title)]
     if spill_counts_of(backends):
         series = [("VGPR spills", "VGPR spills"), ("SGPR spills", "SGPR spills"), *series]
-    bars = [
-        {
-            "type": "bar",
-            "orientation": "h",
-            "name": name,
-            "y": [c["label"] for c in shown],
-            "x": [c[label] for c in shown],
-            "hovertext": [c["kernel"] for c in shown],
-        }
-        for label, name in series
-    ]
+    bars = _kernel_bars(shown, series)
     title = words.spill_title
     if len(changes) > len(shown):
         title += f": the {len(shown)} largest of {len(changes)}"
@@ -375,17 +380,7 @@ def snapshot_report(
     series = [("scratch", words.scratch_title)] + (
         [("spills", "VGPR + SGPR spills")] if spill_counts_of(backends) else []
     )
-    bars = [
-        {
-            "type": "bar",
-            "orientation": "h",
-            "name": name,
-            "y": [x["label"] for x in shown],
-            "x": [x[key] for x in shown],
-            "hovertext": [x["kernel"] for x in shown],
-        }
-        for key, name in series
-    ]
+    bars = _kernel_bars(shown, series)
     title = "spilling kernels" + (
         f": the {len(shown)} with the most {words.scratch_title} of {len(spill)}" if len(spill) > len(shown) else ""
     )
