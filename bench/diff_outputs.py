@@ -57,12 +57,12 @@ def every_pair(names: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for tags in by_target.values():
         tags.sort(key=release)
-        for a, b in zip(tags, tags[1:]):
+        for a, b in zip(tags, tags[1:], strict=False):
             for fmt in FORMATS:
                 out[f"every.{a}__{b}.{fmt}"] = [a, b, "--format", fmt]
     for tags in by_release.values():
         tags.sort()
-        for a, b in zip(tags, tags[1:]):
+        for a, b in zip(tags, tags[1:], strict=False):
             for fmt in FORMATS:
                 out[f"every.{a}__{b}.across.{fmt}"] = [a, b, "--across-targets", "--format", fmt]
     return out
@@ -92,7 +92,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--compare", type=Path, help="a directory written by an earlier run")
-    parser.add_argument("--every-pair", action="store_true", help="also every consecutive-release and neighbouring-target pair, every report and listing")
+    parser.add_argument(
+        "--every-pair",
+        action="store_true",
+        help="also every consecutive-release and neighbouring-target pair, every report and listing",
+    )
     parser.add_argument("--unpack-dir", type=Path, default=Path("/tmp/kdb-diff-outputs-corpus"))
     args = parser.parse_args()
     manifest = json.loads((ROOT / "corpus" / "manifest.json").read_text())

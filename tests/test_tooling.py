@@ -41,9 +41,11 @@ def test_no_class_has_several_bases():
 # The data flow: cache dir -> ingest -> store + analysis -> catalog -> diff -> render -> cli.
 ALLOWED_IMPORTS = {
     "errors": set(),
+    # the figures and their roles (kdb/figures.py): each backend declares its roles in kdb/analysis/<vendor>
+    "figures": set(),
     "render": set(),
     "triton": {"errors", "_speedups"},  # the compiled normalise_stage (kdb/_speedups.c)
-    "analysis": {"errors", "triton"},
+    "analysis": {"errors", "triton", "figures"},
     "store": {"errors"},
     # ingest --replace links the replaced snapshot's imported profiles again (kdb/profile/importer.py: ProfileRelink)
     "ingest": {"kdb", "errors", "store", "analysis", "triton", "profile"},
@@ -51,8 +53,9 @@ ALLOWED_IMPORTS = {
     "profile": {"errors", "store"},
     # kdb as Triton's cache: files Triton puts are spooled, then recorded by the ingest (kdb/capture/)
     "capture": {"errors", "store", "ingest"},
-    "diff": {"errors", "store", "triton", "render"},
-    "report": {"errors", "diff", "render"},
+    # diff and report read what a figure means on a backend from the backend registry (kdb/analysis/registry.py)
+    "diff": {"errors", "store", "triton", "render", "analysis", "figures"},
+    "report": {"errors", "diff", "render", "analysis", "figures"},
     # the Python API: what the CLI does, as values (the CLI may call it; it never calls the CLI)
     # (and records what captures left waiting for a tag before reading it: kdb/capture/cache.py record_waiting)
     "api": {"kdb", "errors", "store", "analysis", "ingest", "profile", "diff", "render", "report", "capture"},

@@ -31,17 +31,20 @@ from kdb.triton.ttgir import parse_ttgir
 
 # Tables filled from analysis (columns besides snapshot_id); `kdb reindex` rebuilds exactly these. The last six,
 # from max_loop_depth on, came with migration 010 (loops and occupancy cliffs).
-ANALYSIS_COLUMNS = list(
-    """folder_digest co_arch co_version xnack sramecc vgpr_count agpr_count sgpr_count vgpr_spill_count
-    sgpr_spill_count lds_static scratch_bytes wavefront_size max_workgroup_size kernarg_size dynamic_stack
-    code_size descriptor co_metadata registers stack_bytes local_bytes const0_bytes occupancy_llvm
-    occupancy_llvm_limiter occupancy occupancy_limiter occupancy_unit vgpr_headroom asm_occupancy kernel_info
-    instr_source instr_note instr_count spill_count reload_count scratch_instr_count ptx_instr_count
-    ttgir_num_warps ttgir_num_ctas threads_per_warp ttgir_shared layouts convert_layout_count local_alloc_count
-    identity identity_any_target identity_parts identity_options ttir_digest ttgir_digest llir_digest isa_digest
-    instr_mix_digest instr_groups max_loop_depth scratch_instr_in_loops loop_weighted_scratch
-    scratch_by_loop_depth registers_to_cliff registers_to_gain""".split()
-)
+# fmt: off
+ANALYSIS_COLUMNS = [
+    "folder_digest", "co_arch", "co_version", "xnack", "sramecc", "vgpr_count", "agpr_count", "sgpr_count",
+    "vgpr_spill_count", "sgpr_spill_count", "lds_static", "scratch_bytes", "wavefront_size", "max_workgroup_size",
+    "kernarg_size", "dynamic_stack", "code_size", "descriptor", "co_metadata", "registers", "stack_bytes",
+    "local_bytes", "const0_bytes", "occupancy_llvm", "occupancy_llvm_limiter", "occupancy", "occupancy_limiter",
+    "occupancy_unit", "vgpr_headroom", "asm_occupancy", "kernel_info", "instr_source", "instr_note", "instr_count",
+    "spill_count", "reload_count", "scratch_instr_count", "ptx_instr_count", "ttgir_num_warps", "ttgir_num_ctas",
+    "threads_per_warp", "ttgir_shared", "layouts", "convert_layout_count", "local_alloc_count", "identity",
+    "identity_any_target", "identity_parts", "identity_options", "ttir_digest", "ttgir_digest", "llir_digest",
+    "isa_digest", "instr_mix_digest", "instr_groups", "max_loop_depth", "scratch_instr_in_loops",
+    "loop_weighted_scratch", "scratch_by_loop_depth", "registers_to_cliff", "registers_to_gain",
+]
+# fmt: on
 TABLE_COLUMNS: dict[str, list[str]] = {
     "kernel_analysis": ANALYSIS_COLUMNS,
     "instr_mix_counts": ["folder_digest", "source", "mnemonic", "grp", "count"],

@@ -89,21 +89,22 @@ def _fired(r: DiffResult, budget: _Budget) -> None:
             f"{_esc(elide_end(k.reason or '', REASON_WIDTH))}\n"
             for k in hits[:FIRED_LISTED]
         )
-        listed = _add_while_fits(budget, lines, 4 * _TRAILER)
-        if listed < len(hits):
-            budget.add(f"- … and {len(hits) - listed} more (`--format json` lists every kernel's `fired_rules`)\n")
+        more = "- … and {} more (`--format json` lists every kernel's `fired_rules`)\n"
+        _add_listed(budget, lines, len(hits), 4 * _TRAILER, more)
         budget.add("\n")
 
 
-def _add_while_fits(budget: _Budget, lines: Iterable[str], reserve: int) -> int:
-    """Add each line while it fits with `reserve` characters to spare; how many were added."""
+def _add_listed(budget: _Budget, lines: Iterable[str], total: int, reserve: int, more: str) -> None:
+    """Add each line while it fits with `reserve` characters to spare, then `more` (its `{}` the number of the
+    `total` items not added) when some were left out."""
     added = 0
     for line in lines:
         if not budget.fits(line, reserve):
             break
         budget.add(line)
         added += 1
-    return added
+    if added < total:
+        budget.add(more.format(total - added))
 
 
 _WINNER_HEAD = "| kernel | A winner | B winner | A resources | B resources | worse |\n|---|---|---|---|---|---|\n"
@@ -131,9 +132,9 @@ def _winners(r: DiffResult, b: _Budget, top: int) -> None:
         f"| {_esc(', '.join(w.worse) or (w.unchecked or ''))} |\n"
         for w in shown[:top]
     )
-    done = _add_while_fits(b, lines, 2 * _TRAILER)
-    if done < len(shown):
-        b.add(f"\n{len(shown) - done} more winners not listed; `--format json` lists every winner.\n")
+    _add_listed(
+        b, lines, len(shown), 2 * _TRAILER, "\n{} more winners not listed; `--format json` lists every winner.\n"
+    )
 
 
 def render_markdown(

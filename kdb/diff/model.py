@@ -17,9 +17,13 @@ from kdb.figures import COMPARED, UNKNOWN_STAGES
 METRICS: tuple[str, ...] = COMPARED
 LIMITERS: tuple[str, ...] = ("occupancy_limiter", "occupancy_llvm_limiter")
 # Where the cost sits (issue 28; migration 010): loop nest, scratch per loop depth, distance to occupancy cliffs.
-LOOP_FACTS: tuple[str, ...] = tuple(
-    """max_loop_depth scratch_instr_in_loops loop_weighted_scratch scratch_by_loop_depth registers_to_cliff
-    registers_to_gain""".split()
+LOOP_FACTS: tuple[str, ...] = (
+    "max_loop_depth",
+    "scratch_instr_in_loops",
+    "loop_weighted_scratch",
+    "scratch_by_loop_depth",
+    "registers_to_cliff",
+    "registers_to_gain",
 )
 # Measured time (issue 29; migration 011): the kernel_times view's launches, ns and share of the run's GPU time.
 TIME_FACTS: tuple[str, ...] = ("measured_launches", "measured_ns", "measured_share")

@@ -187,12 +187,14 @@ def gc_summary(result: Any) -> str:
 
 
 # `kdb show --kernel`: the kernel's keys and launch, then its figures (kdb/figures.py) in their shipped order.
-KERNEL_HEADLINE = tuple(
-    """name cache_key backend arch triton_version num_warps num_stages shared vgpr_count agpr_count sgpr_count
-    vgpr_spill_count sgpr_spill_count scratch_bytes registers stack_bytes static_shared code_size occupancy_llvm
-    occupancy_llvm_limiter occupancy occupancy_limiter occupancy_unit vgpr_headroom instr_source instr_note
-    instr_count spill_count reload_count""".split()
+# fmt: off
+KERNEL_HEADLINE = (
+    "name", "cache_key", "backend", "arch", "triton_version", "num_warps", "num_stages", "shared", "vgpr_count",
+    "agpr_count", "sgpr_count", "vgpr_spill_count", "sgpr_spill_count", "scratch_bytes", "registers", "stack_bytes",
+    "static_shared", "code_size", "occupancy_llvm", "occupancy_llvm_limiter", "occupancy", "occupancy_limiter",
+    "occupancy_unit", "vgpr_headroom", "instr_source", "instr_note", "instr_count", "spill_count", "reload_count",
 )
+# fmt: on
 
 
 def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
