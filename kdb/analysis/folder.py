@@ -15,6 +15,7 @@ from kdb.analysis.model import (
     AnalysisOptions,
     FolderAnalysis,
     FolderFile,
+    KernelFolder,
     add_problem,
     first_file,
     text_of,
@@ -157,7 +158,7 @@ def analyze_kernel(
     _ir_facts(out, row, meta, files)
     backend = backend_for(meta, files)
     if backend is not None:
-        backend.analyze(out, row, folder_digest, meta, files, options)
+        backend.analyze(out, row, KernelFolder(folder_digest, meta, files, options))
     _mix_summary(out, row)
     out.add("kernel_analysis", **row)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
 from kdb.analysis.loops import LoopNest, weight
+from kdb.triton.kernel_json import KernelMeta
 
 
 @dataclass
@@ -108,6 +109,16 @@ def add_source_lines(
             grp=grp,
             count=count,
         )
+
+
+@dataclass(frozen=True)
+class KernelFolder:
+    """One kernel folder as a backend's analysis receives it (kdb/analysis/registry.py: Backend.analyze)."""
+
+    digest: str  # the folder's content address
+    meta: KernelMeta  # its Triton JSON
+    files: list[FolderFile]
+    options: AnalysisOptions
 
 
 @dataclass(frozen=True)

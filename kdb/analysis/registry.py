@@ -13,12 +13,12 @@ from importlib import resources
 from typing import Any
 
 from kdb.analysis.amd.analyze import analyze_amd
-from kdb.analysis.model import AnalysisOptions, FolderAnalysis, FolderFile, first_file
+from kdb.analysis.model import FolderAnalysis, FolderFile, KernelFolder, first_file
 from kdb.analysis.nvidia.analyze import analyze_nvidia
 from kdb.figures import FigureRoles, Wording, load_roles, wording_for
 from kdb.triton.kernel_json import KernelMeta
 
-Analyze = Callable[[FolderAnalysis, dict[str, Any], str, KernelMeta, list[FolderFile], AnalysisOptions], None]
+Analyze = Callable[[FolderAnalysis, dict[str, Any], KernelFolder], None]
 
 
 @dataclass(frozen=True)

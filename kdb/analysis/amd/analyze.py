@@ -13,9 +13,9 @@ from kdb.analysis.amd.groups import classify
 from kdb.analysis.amd.hsaco import CodeObject, KernelObject, parse_hsaco
 from kdb.analysis.amd.occupancy import ARCH_BY_MACH, processor_name, processor_table
 from kdb.analysis.model import (
-    AnalysisOptions,
     FolderAnalysis,
     FolderFile,
+    KernelFolder,
     LaunchShape,
     LoopFacts,
     add_mix,
@@ -29,14 +29,8 @@ from kdb.errors import KdbError, ParseError
 from kdb.triton.kernel_json import KernelMeta
 
 
-def analyze_amd(
-    out: FolderAnalysis,
-    row: dict[str, Any],
-    folder_digest: str,
-    meta: KernelMeta,
-    files: list[FolderFile],
-    options: AnalysisOptions,
-) -> None:
+def analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder: KernelFolder) -> None:
+    folder_digest, meta, files = folder.digest, folder.meta, folder.files
     hsaco = first_file(files, "hsaco", meta.name)
     asm_file = first_file(files, "amdgcn", meta.name)
     listing, asm_error = _listing(asm_file)

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from kdb.analysis.model import (
-    AnalysisOptions,
     FolderAnalysis,
     FolderFile,
+    KernelFolder,
     LaunchShape,
     LoopFacts,
     SassRequest,
@@ -28,14 +28,8 @@ from kdb.errors import KdbError, ParseError, UsageError
 from kdb.triton.kernel_json import KernelMeta
 
 
-def analyze_nvidia(
-    out: FolderAnalysis,
-    row: dict[str, Any],
-    folder_digest: str,
-    meta: KernelMeta,
-    files: list[FolderFile],
-    options: AnalysisOptions,
-) -> None:
+def analyze_nvidia(out: FolderAnalysis, row: dict[str, Any], folder: KernelFolder) -> None:
+    folder_digest, meta, files, options = folder.digest, folder.meta, folder.files, folder.options
     cubin_file = first_file(files, "cubin", meta.name)
     kernel = None
     if cubin_file is not None:
