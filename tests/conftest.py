@@ -210,6 +210,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         fh.write(json.dumps(row) + "\n")
 
 
+@pytest.fixture(scope="module")
+def pg():
+    """A real PostgreSQL server for the shared (DuckLake) catalog, one per test module; its absence is a missing
+    install step (.ci/run installs postgresql-15), never a skip."""
+    from pgserver import PgServer, find_bin_dir
+
+    if find_bin_dir() is None:
+        pytest.fail("PostgreSQL is not installed (.ci/run installs postgresql-15)")
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def llvm_bin() -> Path:
     """LLVM 22's bin folder (llvm-readelf, llvm-objdump): marks the test `llvm`."""

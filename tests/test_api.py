@@ -11,7 +11,7 @@ from pathlib import Path
 import pairing_matrix as pm
 import pytest
 import sampling
-from pgserver import PgServer, find_bin_dir
+from pgserver import PgServer
 
 import kdb
 from kdb.errors import ExitCode, TagError, UsageError
@@ -192,15 +192,6 @@ def test_ingest_refuses_a_known_tag_and_closed_objects_refuse_work(tmp_path: Pat
     with pytest.raises(UsageError, match="closed"):
         db.snapshots()
     assert "closed" in repr(db)
-
-
-@pytest.fixture(scope="module")
-def pg():
-    if find_bin_dir() is None:
-        pytest.skip("PostgreSQL binaries not found")
-    server = PgServer().start()
-    yield server
-    server.stop()
 
 
 def test_shared_home_through_the_environment(pg: PgServer, tmp_path: Path, unpack_snapshot, monkeypatch) -> None:

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.pgserver import PgServer, find_bin_dir
-
 ROOT = Path(__file__).resolve().parent.parent
 COMPILE = ROOT / "bench" / "capture_compile.py"
 LLD = "/usr/lib/llvm-22/bin/ld.lld"
@@ -130,15 +128,6 @@ def exported(home: dict[str, str], tag: str, dest: Path) -> dict[str, str]:
     r = kdb(home, "export", tag, str(dest), "--verbatim")  # the stored bytes, group files included
     assert r.returncode == 0, r.stderr
     return tree(dest)
-
-
-@pytest.fixture(scope="module")
-def pg():
-    if find_bin_dir() is None:
-        pytest.fail("PostgreSQL is not installed (.ci/run installs postgresql-15)")
-    server = PgServer().start()
-    yield server
-    server.stop()
 
 
 # -- byte for byte, and a second process compiles nothing -----------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import tree_hashes
-from pgserver import PgServer, find_bin_dir
+from pgserver import PgServer
 
 CORPUS = [
     "t3.1.0-gfx90a",
@@ -26,17 +26,6 @@ CORPUS = [
     "t3.6.0-sm80",
     "t3.7.1-gfx950",
 ]
-
-
-@pytest.fixture(scope="module")
-def pg():
-    if find_bin_dir() is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed (.ci/run installs postgresql-15)")
-        pytest.skip("PostgreSQL binaries not found")
-    server = PgServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

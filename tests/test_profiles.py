@@ -404,17 +404,6 @@ def test_show_kernel_prints_its_measured_time(imported):
 # -- the shared home (DuckLake over PostgreSQL) ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def pg():
-    from pgserver import PgServer, find_bin_dir
-
-    if find_bin_dir() is None:
-        pytest.skip("PostgreSQL binaries not found")
-    server = PgServer().start()
-    yield server
-    server.stop()
-
-
 def test_a_shared_home_imports_and_push_carries_the_profiles(pg, imported, tree, tmp_path):
     """The same import into a shared catalog gives the local rows; `kdb push` of a local snapshot carries its
     profile rows and files."""
