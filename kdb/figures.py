@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 HIGHER, LOWER = "higher", "lower"  # which direction of a figure is worse
 
@@ -140,12 +141,13 @@ class FigureRoles:
 def load_roles(text: str) -> FigureRoles:
     """A backend's roles from its figures.json (`why` holds the comments). Every column it names must be a
     declared figure, every field present: a roles file that drifts from FIGURES fails when kdb starts."""
-    raw = {k: v for k, v in json.loads(text).items() if k != "why"}
+    raw: dict[str, Any] = {k: v for k, v in json.loads(text).items() if k != "why"}
     names = {f.name for f in fields(FigureRoles)}
     if set(raw) != names:
         raise ValueError(f"roles file fields differ from FigureRoles: {sorted(set(raw) ^ names)}")
     wording = Wording(**raw.pop("wording"))
-    roles = FigureRoles(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}, wording=wording)
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+    roles = FigureRoles(**values, wording=wording)
     named = [roles.registers, roles.memory_spill, roles.launch_occupancy, roles.shared_listed, *roles.spill_counts]
     named += [*roles.spill_memory, *roles.scratch, *roles.extra_memory, *roles.expected, *roles.verdict_spills]
     named += [*roles.verdict_resources, *roles.labels, *(c for c in roles.table_cells if c)]

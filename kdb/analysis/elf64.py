@@ -183,7 +183,7 @@ def notes(blob: bytes) -> tuple[list[Note], int]:
     """The records of a SHT_NOTE section body, and the offset where reading stopped: the end of the body, or
     the first record that does not fit in it (a tail shorter than a note header, or one whose descriptor runs
     past the body). Whether such a stop is an error is the caller's to say."""
-    out = []
+    out: list[Note] = []
     pos = 0
     while pos + _NHDR.size <= len(blob):
         namesz, descsz, note_type = _NHDR.unpack_from(blob, pos)

@@ -99,7 +99,9 @@ def _read_snapshot(session: Session, tag: str) -> None:
 def show_snapshot(session: Session, tag: str) -> SnapshotShown:
     _read_snapshot(session, tag)
     with session.reader() as catalog:
-        return SnapshotShown(catalog.queries.get_snapshot(tag), catalog.queries.kind_counts(tag), catalog.queries.snapshot_problems(tag))
+        return SnapshotShown(
+            catalog.queries.get_snapshot(tag), catalog.queries.kind_counts(tag), catalog.queries.snapshot_problems(tag)
+        )
 
 
 def show_kernels(session: Session, tag: str, pattern: str) -> list[dict[str, Any]]:

@@ -90,7 +90,11 @@ def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, A
         keys = ", ".join(sorted(k[: len(pattern) + 4] for k in by_prefix)[:5])
         raise UsageError(f"cache-key prefix {pattern!r} is ambiguous in {tag!r}: {len(by_prefix)} kernels ({keys}…)")
     return [
-        {**row, **catalog.queries.kernel_detail(tag, row["cache_key"]), "times": catalog.profiles.profile_times(tag, row["cache_key"])}
+        {
+            **row,
+            **catalog.queries.kernel_detail(tag, row["cache_key"]),
+            "times": catalog.profiles.profile_times(tag, row["cache_key"]),
+        }
         for row in rows
     ]
 

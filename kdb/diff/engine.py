@@ -288,7 +288,7 @@ def missing_figure_lines(sa: Side, sb: Side) -> tuple[str, ...]:
     every kernel of a backend should have are its roles' `expected` (kdb/figures.py)."""
     lines = []
     for label, side in (("A", sa), ("B", sb)):
-        missing: dict[tuple[str, str, str], list[str]] = {}
+        missing: dict[tuple[str, str, str, bool], list[str]] = {}
         # a kernel whose launch occupancy is unknown but whose compiler wrote one (LLVM's comment)
         compiler_known: dict[str, bool] = {}
         for row in side.kernels:
