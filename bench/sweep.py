@@ -51,6 +51,8 @@ COVERED_FILES = (
     "tests/sampling.py",
     "tests/oracle_cache.py",
     "tests/helpers.py",
+    "tests/elf_oracle.py",  # the pyelftools oracle of the ELF records (test_amd_analysis, test_nvidia_analysis)
+    "tests/pgserver.py",  # the real PostgreSQL of the shared-catalog checks (test_api, test_sql_readonly)
     "bench/pairing_matrix.py",
     "bench/sweep.py",
 )
