@@ -147,14 +147,15 @@ def compare_pair(p: Pairing, sa: Side, sb: Side, common: CommonMix | None = None
         mnemonics_a, mnemonics_b = sa.mnemonics_of(a["cache_key"]), sb.mnemonics_of(b["cache_key"])
     mix_groups, mix_mnemonics = _mix_tables(a, mnemonics_a, b, mnemonics_b)
     stage = first_changed_stage(sa, a, sb, b)
+    # the kernel's typed facts, built once: the verdict, the unknowns, the cliff and the rules all read these
     facts_a, facts_b = KernelFacts.from_row(a), KernelFacts.from_row(b)
     status, severity, reason = Status.SAME, 0.0, None
     if facts_differ or mix_mnemonics:
-        status, severity, reason = classify(a, b)
+        status, severity, reason = classify(facts_a, facts_b)
     unknown = unknown_figures(facts_a, facts_b)
     if unknown:  # said first: a verdict over figures kdb could not compute is no verdict on them
         reason = "; ".join(unknown) + (f"; {reason}" if reason else "")
-    warning = cliff_warning(a, b)
+    warning = cliff_warning(facts_a, facts_b)
     if warning:  # said last: not part of the verdict, but where a reader of the reason looks
         reason = f"{reason}; {warning}" if reason else warning
     return KernelDiff(

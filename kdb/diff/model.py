@@ -153,7 +153,8 @@ class KernelFacts:
     problems: str | None = None  # what the analysis could not read or compute ('stage: reason | …')
 
     def get(self, column: str) -> Any:
-        return self.values.get(column)
+        """A fact by its `kernels` column (the backend too), as the verdicts read a row."""
+        return self.backend if column == "backend" else self.values.get(column)
 
     def why_unknown(self, column: str) -> str:
         """The recorded reason a figure is missing: the analysis problem of the stage that computes it."""

@@ -4,8 +4,6 @@ whether the comparison can be trusted at all (exit code 2)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from kdb.analysis.registry import roles_of
 from kdb.diff import verdict
@@ -82,7 +80,7 @@ _VERDICTS = {
 }
 
 
-def classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Status, float, str]:
+def classify(a: verdict.Facts, b: verdict.Facts) -> tuple[Status, float, str]:
     """(verdict, severity, reason) of a changed pair; the tiers are in kdb/diff/verdict.py. Severity ranks
     regressions (larger is worse: spill growth above occupancy drops above resource growth); improvements
     get a negative one."""

@@ -27,11 +27,17 @@ spills grew ranks above every kernel without, occupancy drops come next. Pure fu
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kdb.analysis.registry import roles_of
+
+
+class Facts(Protocol):
+    """One side's kernel as the verdicts read it: a fact by its `kernels` column (KernelFacts, or a row)."""
+
+    def get(self, column: str, /) -> Any: ...
+
 
 LAUNCH_TIER = 4_000_000.0
 LOOP_SPILL_TIER = 3_600_000.0  # scratch grew inside a loop: above every spill growth outside loops
@@ -48,7 +54,7 @@ class Verdict:
     reason: str
 
 
-def _num(row: Mapping[str, Any], name: str) -> float | None:
+def _num(row: Facts, name: str) -> float | None:
     value = row.get(name)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -75,7 +81,7 @@ class _Change:
         return f"{self.label} {_fmt(self.a)}→{_fmt(self.b, self.unit)}"
 
 
-def _changes(a: Mapping[str, Any], b: Mapping[str, Any], columns: list[tuple[str, str, str]]) -> list[_Change]:
+def _changes(a: Facts, b: Facts, columns: list[tuple[str, str, str]]) -> list[_Change]:
     out = []
     for column, label, unit in columns:
         va, vb = _num(a, column), _num(b, column)
@@ -96,7 +102,7 @@ def resource_columns(backend: str | None) -> list[tuple[str, str, str]]:
     return roles.sentence_columns(roles.verdict_resources)
 
 
-def scratch_by_depth(row: Mapping[str, Any]) -> dict[int, int] | None:
+def scratch_by_depth(row: Facts) -> dict[int, int] | None:
     """Scratch / local-memory instructions per loop depth (kernels.scratch_by_loop_depth); None when unknown."""
     text = row.get("scratch_by_loop_depth")
     if text is None:
@@ -122,7 +128,7 @@ class LoopScratch:
         return [c.text() for c in changes]
 
 
-def loop_scratch(a: Mapping[str, Any], b: Mapping[str, Any]) -> LoopScratch | None:
+def loop_scratch(a: Facts, b: Facts) -> LoopScratch | None:
     da, db = scratch_by_depth(a), scratch_by_depth(b)
     if da is None or db is None:
         return None
@@ -147,7 +153,7 @@ def loop_scratch(a: Mapping[str, Any], b: Mapping[str, Any]) -> LoopScratch | No
 NEAR_CLIFF = 8  # registers: one allocation step on gfx9 (8 VGPRs) and on NVIDIA (256 per warp = 8 per thread)
 
 
-def cliff_warning(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def cliff_warning(a: Facts, b: Facts) -> str | None:
     """`near an occupancy cliff: 1 VGPR from losing a wave (5 in A)` when the upgrade brought the kernel within
     NEAR_CLIFF registers of losing occupancy (kernels.registers_to_cliff); None otherwise or where unknown."""
     va, vb = _num(a, "registers_to_cliff"), _num(b, "registers_to_cliff")
@@ -161,7 +167,7 @@ def cliff_warning(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     return f"near an occupancy cliff: {n} {unit}{'s' * (n != 1)} from losing a {lost} ({_fmt(va)} in A)"
 
 
-def occupancy_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[_Change, str | None] | None:
+def occupancy_change(a: Facts, b: Facts) -> tuple[_Change, str | None] | None:
     """The occupancy change that counts (launch figure where both sides have one, else LLVM's) and B's limiter."""
     for column, limiter in (("occupancy", "occupancy_limiter"), ("occupancy_llvm", "occupancy_llvm_limiter")):
         va, vb = _num(a, column), _num(b, column)
@@ -172,14 +178,14 @@ def occupancy_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[_Chang
     return None
 
 
-def launchable(row: Mapping[str, Any]) -> bool | None:
+def launchable(row: Facts) -> bool | None:
     """Whether the kernel can launch at all: False when its launch occupancy is 0 (what one workgroup asks
     exceeds what it may have), None when the launch occupancy is unknown."""
     occupancy = _num(row, "occupancy")
     return None if occupancy is None else occupancy > 0
 
 
-def why_unlaunchable(row: Mapping[str, Any]) -> str:
+def why_unlaunchable(row: Facts) -> str:
     """`asks 98304 B of LDS`, `asks 232448 B of shared memory`, else the limiter that reached 0."""
     limiter = row.get("occupancy_limiter")
     shared = _num(row, "shared")
@@ -188,7 +194,7 @@ def why_unlaunchable(row: Mapping[str, Any]) -> str:
     return f"limited by {limiter}" if limiter else "occupancy 0"
 
 
-def classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
+def classify(a: Facts, b: Facts) -> Verdict:
     """Verdict, severity and reason for a paired kernel whose facts changed (rows of the `kernels` view)."""
     la, lb = launchable(a), launchable(b)
     if la is True and lb is False:
@@ -206,7 +212,7 @@ def classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
     return verdict
 
 
-def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
+def _classify(a: Facts, b: Facts) -> Verdict:
     backend = b.get("backend") or a.get("backend")
     spills = _changes(a, b, spill_columns(backend))
     spills_up = [c for c in spills if c.delta > 0]
@@ -280,7 +286,7 @@ def _classify(a: Mapping[str, Any], b: Mapping[str, Any]) -> Verdict:
     return Verdict("neutral", 0.0, _neutral_reason(a, b))
 
 
-def _neutral_reason(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+def _neutral_reason(a: Facts, b: Facts) -> str:
     other = _changes(
         a,
         b,
