@@ -184,6 +184,7 @@ def test_a_processor_no_toolchain_knows_is_said_and_never_invented(capsys, unkno
     assert any("kdb's table of Triton 3.9.0 has no hip gfx1299 defaults" in a for a in doc["assumptions"])
 
 
+@pytest.mark.slow  # outside the inner loop: its home takes 11 s of ingests when no slow test has built it
 def test_known_snapshots_assume_nothing(capsys, unknown_home) -> None:
     home, _ = unknown_home
     doc = kdb(capsys, home, "diff", "base", "base", "--format", "json", "--fail-on", "occupancy-drop").json()

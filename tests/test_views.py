@@ -108,6 +108,7 @@ def test_views_sql_declares_every_view_and_no_migration_does(tmp_path):
     assert recorded == [(views_file()[1],)]
 
 
+@pytest.mark.slow  # outside the inner loop: 3 s on 2 cores (the old kdb ingests twice)
 def test_a_catalog_of_the_kdb_before_views_sql_reads_and_writes_as_a_fresh_one(capsys, ingested_copy, tmp_path):
     """Views, columns, types, view SQL and every view's rows are the same in a catalog made afresh and in one
     the kdb before views.sql made, read as it is, opened by a writer, and written (a second ingest)."""
