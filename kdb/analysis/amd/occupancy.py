@@ -15,7 +15,7 @@ import functools
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -273,7 +273,8 @@ def register_cliffs(shape: LaunchShape, wave: WaveResources) -> tuple[int, int |
 
     def waves(vgprs: int) -> int:
         allocated = max(_round_up(vgprs, granule), floor) if allocated_vgprs is not None else None
-        return launch_occupancy(shape.with_registers(vgprs), replace(wave, allocated_vgprs=allocated))[0]
+        step = WaveResources(wave.wave_size, wave.sgpr_count, allocated, wave.waves_per_eu)  # not replace(): per step
+        return launch_occupancy(shape.with_registers(vgprs), step)[0]
 
     return cliffs.register_cliffs(waves, shape.registers, spec.max_vgprs_per_wave)
 
