@@ -54,6 +54,12 @@ class NotAppendable(TagError):
     """An append (kdb's Triton cache manager) met a snapshot made another way (`kdb ingest`): nothing joined it."""
 
 
+class ToolchainError(KdbError):
+    """A Triton release kdb has no interpreter for, or one it cannot make or run (`kdb toolchain`)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class IntegrityError(KdbError):
     exit_code = ExitCode.INTEGRITY
 

@@ -87,9 +87,11 @@ ALLOWED_IMPORTS = {
     # diff and report read what a figure means on a backend from the backend registry (kdb/analysis/registry.py)
     "diff": {"errors", "store", "triton", "render", "analysis", "figures"},
     "report": {"errors", "diff", "render", "analysis", "figures"},
+    # replay compiles a snapshot's stored TTIR with another Triton release and ingests the result (kdb/replay/)
+    "replay": {"errors", "store", "ingest", "triton", "analysis", "figures", "diff"},
     # the Python API: what the CLI does, as values (the CLI may call it; it never calls the CLI)
     # (and records what captures left waiting for a tag before reading it: kdb/capture/cache.py record_waiting)
-    "api": {"kdb", "errors", "store", "analysis", "ingest", "profile", "diff", "render", "report", "capture"},
+    "api": {"kdb", "errors", "store", "analysis", "ingest", "profile", "diff", "render", "report", "capture", "replay"},
     # every command parses its arguments, makes one call on kdb.api and renders what it returns (kdb/cli/terminal.py
     # and kdb/cli/progress.py, the CLI's own, are where it meets the terminal)
     "cli": {"errors", "render", "api"},

@@ -334,3 +334,4 @@ from kdb.cli import capture as _capture  # noqa: E402, F401  (registers `capture
 from kdb.cli import compare as _compare  # noqa: E402, F401  (registers diff and report on `app`)
 from kdb.cli import fleet as _fleet  # noqa: E402, F401  (registers push and pull on `app`)
 from kdb.cli import profile as _profile  # noqa: E402, F401  (registers `profile import` on `app`)
+from kdb.cli import replay as _replay  # noqa: E402, F401  (registers `toolchain`, `replay` and `bisect` on `app`)

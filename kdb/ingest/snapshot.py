@@ -88,6 +88,9 @@ class IngestRequest:
     options: AnalysisOptions = DEFAULT_OPTIONS
     rehash: bool = False
     append: Sequence[tuple[str, str]] | None = None
+    # problems met before the ingest, recorded with the snapshot: (path, cache_key, stage, reason); a replay's
+    # kernels that could not be compiled (kdb/replay/run.py)
+    problems: Sequence[tuple[str, str | None, str, str]] = ()
 
 
 # What one ingest reports as it goes (nothing here prints): (files done, files, bytes done, bytes) as kernel
@@ -205,6 +208,10 @@ def _ingest_once(
             for name, rows in links.rows.items():
                 for row in rows:
                     tables[name].add(**row)
+            if request.problems:
+                tables.setdefault("file_problems", Table("file_problems", STAGED_COLUMNS["file_problems"]))
+                for path, cache_key, stage, reason in request.problems:
+                    tables["file_problems"].add(path=path, cache_key=cache_key, stage=stage, reason=reason)
             if append:
                 tables["folder_sets"] = Table("folder_sets", STAGED_COLUMNS["folder_sets"])
                 for cache_key, folder_digest in append:

@@ -55,6 +55,18 @@ class CatalogQueries(CatalogRole):
             [sid, list(cache_keys)],
         ).fetchall()
 
+    def replay_sources(self, tag: str) -> list[dict[str, Any]]:
+        """What a replay compiles each kernel of a snapshot from (kdb/replay/): the kernel's row, Triton's JSON, and
+        the stored files of its folder (name, hash, size)."""
+        sid = self.require_snapshot(tag)
+        return self._dicts(
+            "SELECT sf.cache_key, k.name, k.backend, k.arch, k.warp_size, k.triton_version, k.metadata, "
+            "list({'name': ff.name, 'hash': ff.hash, 'size': ff.size} ORDER BY ff.name) AS files "
+            "FROM snapshot_folders sf JOIN kernel_folders k USING (folder_digest) "
+            "JOIN folder_files ff USING (folder_digest) WHERE sf.snapshot_id = ? GROUP BY ALL ORDER BY sf.cache_key",
+            [sid],
+        )
+
     def folder_files(self, digest: str) -> list[dict[str, Any]]:
         return self._dicts(
             "SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name", [digest]

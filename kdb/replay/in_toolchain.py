@@ -1,0 +1,203 @@
+"""Runs inside a toolchain's own interpreter (`python in_toolchain.py < jobs.json`), where the Triton release to
+replay with is installed and kdb is not: the standard library and that Triton only.
+
+Two kinds of job, read as one JSON document on stdin ({"jobs": [...], "timeout_s": N}):
+
+* `compile` — `triton.compile(TTIR path, target=GPUTarget(...), options=...)`, the way Triton compiles an IR file:
+  the release's passes from TTGIR on, its LLVM, its linker or `ptxas`. Options the release does not have are
+  dropped and named (`dropped`).
+* `stages` — the stage swap of `kdb diff --why`: a stored LLIR (or PTX) run through this release's later stages
+  only (`make_amdgcn`/`make_hsaco`, `make_ptx`/`make_cubin`), with the kernel's own metadata.
+
+Each job runs in a forked child with its own TRITON_CACHE_DIR (`cache_dir`), so its folder is known exactly, a
+crash or a runaway compile costs that job only, and a compile's output goes to a log, not to kdb's pipe. One JSON
+line per job goes to stdout: {"id", "ok", "error" (the compiler's first error line), "dropped", "seconds"}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+
+_ERROR_LINE = re.compile(r"(error|Error|ERROR)\b")
+
+
+def _target(spec):
+    from triton.backends.compiler import GPUTarget
+
+    backend, arch, warp_size = spec
+    return GPUTarget(backend, int(arch) if backend == "cuda" else arch, int(warp_size))
+
+
+def _known_options(target):
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(target)
+    return backend, {f.name for f in dataclasses.fields(backend.parse_options({}))}
+
+
+def _kept(options, known):
+    kept = {k: (tuple(v) if isinstance(v, list) else v) for k, v in options.items() if k in known}
+    return kept, sorted(k for k in options if k not in known)
+
+
+def _compile(job):
+    import triton
+
+    target = _target(job["target"])
+    _, known = _known_options(target)
+    options, dropped = _kept(job.get("options") or {}, known)
+    try:
+        triton.compile(job["ttir"], target=target, options=options)
+    except Exception:
+        # a compile that wrote its JSON has finished; what failed after it (a launcher, a driver) is not the compile
+        if not _has_json(job["cache_dir"]):
+            raise
+    _drop_at_sign(job["cache_dir"])
+    return {"dropped": dropped}
+
+
+def _drop_at_sign(cache_dir):
+    """Triton names the files of a compile from an IR file after `"@" + the function` (IRSource.name, 3.x): name
+    them as the JIT does, the kernel's name alone, so that the folder reads like any cache's."""
+    for root, _dirs, files in os.walk(cache_dir):
+        for name in files:
+            if "@" not in name:
+                continue
+            new = name.replace("@", "", 1)
+            if name.startswith("__grp__"):
+                with open(os.path.join(root, name)) as f:
+                    group = json.load(f)
+                group["child_paths"] = {
+                    k.replace("@", "", 1): os.path.join(root, os.path.basename(v).replace("@", "", 1))
+                    for k, v in group.get("child_paths", {}).items()
+                }
+                with open(os.path.join(root, new), "w") as f:
+                    json.dump(group, f)
+                os.remove(os.path.join(root, name))
+            else:
+                os.rename(os.path.join(root, name), os.path.join(root, new))
+
+
+def _has_json(cache_dir):
+    walked = os.walk(cache_dir)
+    return any(f.endswith(".json") and not f.startswith("__grp__") for _root, _dirs, files in walked for f in files)
+
+
+def _stages(job):
+    """Run a stored LLIR (first="llir") or PTX (first="ptx") through this release's later stages; write the
+    folder a cache would hold: the input, each later stage, and the metadata."""
+    from triton.compiler.compiler import Language
+
+    target = _target(job["target"])
+    backend, known = _known_options(target)
+    requested, dropped = _kept(job.get("options") or {}, known)
+    options = backend.parse_options(requested)
+    stages: dict = {}
+    try:
+        backend.add_stages(stages, options, Language.TRITON)
+    except TypeError:  # releases before the language argument
+        backend.add_stages(stages, options)
+    names = list(stages)
+    first = job["first"]
+    metadata = dict(job.get("metadata") or {})
+    metadata.update({k: v for k, v in options.__dict__.items()})
+    metadata["target"] = target
+    with open(job["input"]) as f:
+        module = f.read()
+    folder = os.path.join(job["cache_dir"], "swap")
+    os.makedirs(folder)
+    name = job["name"]
+    with open(os.path.join(folder, f"{name}.{first}"), "w") as f:
+        f.write(module)
+    for ext in names[names.index(first) + 1 :]:
+        module = stages[ext](module, metadata)
+        mode, data = ("wb", module) if isinstance(module, bytes) else ("w", str(module))
+        with open(os.path.join(folder, f"{name}.{ext}"), mode) as f:
+            f.write(data)
+    metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    import triton
+
+    metadata["triton_version"] = triton.__version__
+    with open(os.path.join(folder, f"{name}.json"), "w") as f:
+        json.dump(metadata, f, default=lambda o: o.__dict__ if hasattr(o, "__dict__") else str(o))
+    return {"dropped": dropped}
+
+
+def _first_error(log_path, exc_text):
+    try:
+        with open(log_path, errors="replace") as f:
+            for line in f:
+                if _ERROR_LINE.search(line) and line.strip():
+                    return line.strip()[:400]
+    except OSError:
+        pass
+    lines = [line.strip() for line in exc_text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "the compiler failed without a message")[:400]
+
+
+def _child(job, result_path):
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ["TRITON_CACHE_DIR"] = job["cache_dir"]
+    try:
+        done = (_stages if job["kind"] == "stages" else _compile)(job)
+        result = {"ok": True, **done}
+    except BaseException as exc:
+        text = "".join(traceback.format_exception(exc))
+        os.write(2, text.encode())
+        sys.stderr.flush()
+        result = {"ok": False, "error": _first_error(job["log"], text)}
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+    os._exit(0)
+
+
+def _run(job, timeout_s):
+    os.makedirs(job["cache_dir"], exist_ok=True)
+    result_path = job["log"] + ".result"
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(job, result_path)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - started > timeout_s:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"ok": False, "error": f"the compile did not finish within {timeout_s:g} s (killed)"}
+        time.sleep(0.02)
+    try:
+        with open(result_path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        result = {"ok": False, "error": f"the compiler crashed (signal {signum})" if signum else "the compiler died"}
+        result["error"] = _first_error(job["log"], result["error"]) if signum is None else result["error"]
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def main():
+    request = json.load(sys.stdin)
+    timeout_s = float(request.get("timeout_s") or 600)
+    # what the parent reads first: the release this interpreter compiles with
+    import triton
+
+    print(json.dumps({"triton": triton.__version__}), flush=True)
+    for job in request["jobs"]:
+        result = _run(job, timeout_s)
+        print(json.dumps({"id": job["id"], **result}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""What a replay asks the other release for, per kernel (pure): the target and the options.
+
+An option's value is kept when the user set it (it differs from what the kernel's own release applies by default);
+an option at its release's default is left out, so the release replayed with applies its own default (copying it
+verbatim gave the wrong occupancy on 16 of 28 kernels from 3.2.0 to 3.8.0: shared/reference/replay-and-cache-
+keys.md); an option whose default kdb does not know is kept and said. `num_warps` and `num_ctas` are the
+specialization itself: always kept. Options the other release lacks are dropped by the toolchain (in_toolchain.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdb.errors import UsageError
+from kdb.triton.defaults import UNKNOWN, option_default
+from kdb.triton.options import TUNING_OPTIONS
+
+ALWAYS_KEPT = ("num_warps", "num_ctas")
+
+
+@dataclass(frozen=True)
+class Target:
+    backend: str
+    arch: str  # gfx942, or a CUDA capability as digits (90)
+    warp_size: int
+
+    def as_job(self) -> list[Any]:
+        return [self.backend, self.arch, self.warp_size]
+
+
+@dataclass(frozen=True)
+class OptionPlan:
+    options: dict[str, Any]
+    defaulted: list[str] = field(default_factory=list)  # at their release's default: the replaying release's applies
+    assumed: list[str] = field(default_factory=list)  # default unknown to kdb: kept as if the user had set them
+
+
+def parse_target(text: str) -> Target:
+    """`--target`: gfx942, gfx1100, sm90, sm_90 or 90."""
+    low = text.strip().lower()
+    if re.fullmatch(r"gfx[0-9a-f]+", low):
+        # wave64 on the GCN/CDNA families (gfx9: MI100-MI355), wave32 as Triton compiles RDNA (gfx10-gfx12)
+        return Target("hip", low, 64 if low.startswith("gfx9") else 32)
+    if m := re.fullmatch(r"(?:sm_?)?(\d{2,3})[a-z]?", low):
+        return Target("cuda", m.group(1), 32)
+    raise UsageError(f"--target {text!r}: expected an AMD gfx name (gfx942) or a CUDA capability (sm90)")
+
+
+def kernel_target(meta: Mapping[str, Any], row: Mapping[str, Any]) -> Target | None:
+    """The target a kernel was compiled for, from Triton's JSON (3.x: `target`), else the catalog's row."""
+    target = meta.get("target")
+    if isinstance(target, dict) and target.get("backend") and target.get("arch") is not None:
+        return Target(str(target["backend"]), str(target["arch"]), int(target.get("warp_size") or 32))
+    if row.get("backend") and row.get("arch"):
+        return Target(str(row["backend"]), str(row["arch"]), int(row.get("warp_size") or 32))
+    return None
+
+
+def plan_options(meta: Mapping[str, Any], source: Target, triton_version: str | None) -> OptionPlan:
+    """The options to compile a kernel of `triton_version` (its JSON `meta`, for `source`) with another release."""
+    options: dict[str, Any] = {k: meta[k] for k in ALWAYS_KEPT if meta.get(k) is not None}
+    defaulted, assumed = [], []
+    for name in TUNING_OPTIONS.get(source.backend, ()):
+        if name not in meta or meta[name] is None:
+            continue
+        default = option_default(source.backend, name, triton_version, source.arch)
+        if default is UNKNOWN:
+            options[name] = meta[name]
+            assumed.append(name)
+        elif meta[name] == default:
+            defaulted.append(name)
+        else:
+            options[name] = meta[name]
+    return OptionPlan(options, defaulted, assumed)
