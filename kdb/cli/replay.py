@@ -70,3 +70,22 @@ def replay(
     _out(render.render_replay(document, fmt))
     if document["failed"]:
         raise typer.Exit(1)
+
+
+@app.command("bisect", epilog=render.BISECT_EPILOG)
+def bisect(
+    a: Annotated[str, typer.Argument(metavar="A", help="the older snapshot (replayed)")],
+    b: Annotated[str, typer.Argument(metavar="B", help="the newer snapshot")],
+    kernel: Annotated[
+        str | None, typer.Option("--kernel", "-k", metavar="KEY|GLOB", help="these kernels, changed or not")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="compiles at once")] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="seconds one kernel may compile")] = 600.0,
+    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table, markdown or json")] = "table",
+) -> None:
+    """For the kernels that changed between A and B, the first release where each figure changed.
+
+    A's kernels are replayed from their stored TTIR with every registered toolchain after A's release up to B's."""
+    fmt = _fmt(fmt, ("table", "markdown", "json"))
+    request = replays.BisectRequest(a, b, kernel, max(1, jobs), timeout)
+    _out(render.render_bisect(render.bisect_document(replays.bisect(state.session, request)), fmt))

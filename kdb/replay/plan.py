@@ -19,6 +19,9 @@ from kdb.triton.defaults import UNKNOWN, option_default
 from kdb.triton.options import TUNING_OPTIONS
 
 ALWAYS_KEPT = ("num_warps", "num_ctas")
+# Pointer arguments in a TTIR function's signature: `%x: !tt.ptr<f16>` and its attributes ` {tt.divisibility = 16 : i32}`
+_POINTER_ARG = re.compile(r"(%[\w.$-]+: !tt\.ptr<[^>]*>)( \{([^{}]*)\})?")
+_POINTER_RANGE = "tt.pointer_range = 32 : i32"
 
 
 @dataclass(frozen=True)
@@ -75,3 +78,42 @@ def plan_options(meta: Mapping[str, Any], source: Target, triton_version: str | 
         else:
             options[name] = meta[name]
     return OptionPlan(options, defaulted, assumed)
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version or "")[:2])
+
+
+def jit_marks_pointer_range(backend: str, version: str | None) -> bool:
+    """Whether a release's JIT puts `tt.pointer_range = 32` on every pointer argument under 2 GB: on AMD in 3.2
+    (HIPAttrsDescriptor) and from 3.6 (buffer ops on by default); never on NVIDIA (corpus/README.md, records)."""
+    release = _release(version)
+    return backend == "hip" and (release[:2] == (3, 2) or release >= (3, 6))
+
+
+def specialize_ttir(ttir: str, source: Target, source_version: str | None, plan: PointerPlan) -> tuple[str, bool]:
+    """The TTIR as the replaying release's JIT would have specialised it. A TTIR of a release whose JIT does not
+    mark pointer ranges, replayed for one whose JIT does, gains `tt.pointer_range = 32` on every pointer argument
+    (kdb cannot see the tensors: each is assumed under 2 GB, as nearly all are, and said). A TTIR with the mark
+    already (Inductor adds it itself on ROCm) is left as it is. Returns (TTIR, whether it was changed)."""
+    if not plan.target_marks or jit_marks_pointer_range(source.backend, source_version):
+        return ttir, False
+    head_at = ttir.find("tt.func public @")
+    if head_at < 0:
+        return ttir, False
+    end = ttir.find("\n", head_at)
+    end = len(ttir) if end < 0 else end
+    head = ttir[head_at:end]
+    if _POINTER_RANGE in head or "!tt.ptr<" not in head:
+        return ttir, False
+
+    def mark(m: re.Match[str]) -> str:
+        attrs = m.group(3)
+        return f"{m.group(1)} {{{attrs + ', ' if attrs else ''}{_POINTER_RANGE}}}"
+
+    return ttir[:head_at] + _POINTER_ARG.sub(mark, head) + ttir[end:], True
+
+
+@dataclass(frozen=True)
+class PointerPlan:
+    target_marks: bool  # the replaying release's JIT marks pointer ranges for the replayed target

@@ -25,10 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdb.errors import InputError, ToolchainError
+from kdb.errors import InputError, TagError, ToolchainError
 from kdb.ingest.snapshot import IngestRequest, IngestSummary, ingest
 from kdb.replay import toolchains
-from kdb.replay.plan import Target, kernel_target, parse_target, plan_options
+from kdb.replay.plan import (
+    PointerPlan,
+    Target,
+    jit_marks_pointer_range,
+    kernel_target,
+    parse_target,
+    plan_options,
+    specialize_ttir,
+)
 from kdb.store.catalog import Catalog
 from kdb.store.home import Home
 
@@ -66,6 +74,9 @@ class ReplayOutcome:
     compile_seconds: float
     ingest: IngestSummary | None = None
     mapping: dict[str, str] = field(default_factory=dict)  # source cache key -> replayed folder
+    # kernels whose pointer arguments were marked `tt.pointer_range = 32` as the replaying release's JIT marks them
+    # (each tensor assumed under 2 GB): kdb/replay/plan.py specialize_ttir
+    pointer_range_marked: int = 0
 
 
 @dataclass
@@ -76,17 +87,28 @@ class _Job:
     reason: str | None = None
     defaulted: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
+    pointer_range_marked: bool = False
 
 
-def replay(home: Home, local_root: Path, request: ReplayRequest, progress: Progress | None = None) -> ReplayOutcome:
-    """Replay `request.source_tag` with the toolchain of `request.version` (registered in `local_root`)."""
+@dataclass(frozen=True)
+class _Spec:
+    target: Target | None  # --target, else each kernel's own
+    version: str  # the release replayed with
+
+
+def replay(
+    home: Home, local_root: Path, request: ReplayRequest, progress: Progress | None = None, into: Home | None = None
+) -> ReplayOutcome:
+    """Replay `request.source_tag` of `home` with the toolchain of `request.version` (registered in `local_root`);
+    the result is ingested into `into` (bisect: a scratch home), else into `home`."""
     started = time.monotonic()
     chain = toolchains.get(local_root, request.version)
+    target_home = into or home
+    if not request.replace and target_home.has_catalog():
+        with Catalog.open(target_home.catalog, read_only=True) as catalog:
+            if catalog.snapshot_id(request.new_tag) is not None:
+                raise TagError(f"tag {request.new_tag!r} exists already (use --replace to overwrite it)")
     with Catalog.open(home.catalog, read_only=True) as catalog:
-        if not request.replace and catalog.snapshot_id(request.new_tag) is not None:
-            from kdb.errors import TagError
-
-            raise TagError(f"tag {request.new_tag!r} exists already (use --replace to overwrite it)")
         rows = catalog.queries.replay_sources(request.source_tag)
     if request.cache_keys is not None:
         wanted = set(request.cache_keys)
@@ -95,7 +117,8 @@ def replay(home: Home, local_root: Path, request: ReplayRequest, progress: Progr
     (home.root / "tmp").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=home.root / "tmp", prefix="replay-"))
     try:
-        jobs = [_job_of(home, row, target, work / "in" / f"{i}") for i, row in enumerate(rows)]
+        spec = _Spec(target, chain.version)
+        jobs = [_job_of(home, row, spec, work / "in" / f"{i}") for i, row in enumerate(rows)]
         compile_started = time.monotonic()
         results = _compile_all(chain, [j for j in jobs if j.job is not None], request, progress)
         compile_seconds = time.monotonic() - compile_started
@@ -111,7 +134,7 @@ def replay(home: Home, local_root: Path, request: ReplayRequest, progress: Progr
                 labels["replay_target"] = target.arch if target else request.target
             problems = [(f"{f['cache_key']}/{f['name']}", f["cache_key"], "replay", f["reason"]) for f in failed]
             summary = ingest(
-                home,
+                target_home,
                 IngestRequest(
                     out,
                     request.new_tag,
@@ -145,6 +168,7 @@ def replay(home: Home, local_root: Path, request: ReplayRequest, progress: Progr
         compile_seconds,
         summary,
         mapping,
+        sum(j.pointer_range_marked for j in jobs),
     )
 
 
@@ -155,7 +179,7 @@ def _count(lists: Any) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _job_of(home: Home, row: dict[str, Any], target: Target | None, folder: Path) -> _Job:
+def _job_of(home: Home, row: dict[str, Any], spec: _Spec, folder: Path) -> _Job:
     meta = json.loads(row["metadata"]) if isinstance(row["metadata"], str) else dict(row["metadata"] or {})
     name = row["name"] or "?"
     files = {f["name"]: f for f in row["files"]}
@@ -168,19 +192,23 @@ def _job_of(home: Home, row: dict[str, Any], target: Target | None, folder: Path
     if source is None:
         return _Job(row["cache_key"], name, None, "the kernel's target is not recorded (no `target` in its JSON)")
     plan = plan_options(meta, source, row["triton_version"])
+    target = spec.target or source
     folder.mkdir(parents=True)
     path = folder / "kernel.ttir"
-    path.write_bytes(home.store.get(files[ttir]["hash"], files[ttir]["size"]))
+    text = home.store.get(files[ttir]["hash"], files[ttir]["size"]).decode("utf-8", "replace")
+    pointers = PointerPlan(jit_marks_pointer_range(target.backend, spec.version))
+    text, marked = specialize_ttir(text, source, row["triton_version"], pointers)
+    path.write_text(text)
     job = {
         "id": row["cache_key"],
         "kind": "compile",
         "ttir": str(path),
-        "target": (target or source).as_job(),
+        "target": target.as_job(),
         "options": plan.options,
         "cache_dir": str(folder / "cache"),
         "log": str(folder / "log"),
     }
-    return _Job(row["cache_key"], name, job, None, plan.defaulted, plan.assumed)
+    return _Job(row["cache_key"], name, job, None, plan.defaulted, plan.assumed, marked)
 
 
 def _compile_all(
@@ -274,6 +302,7 @@ def _provenance(
                 "options": (j.job or {}).get("options"),
                 "defaulted": j.defaulted,
                 "assumed": j.assumed,
+                "pointer_range_marked": j.pointer_range_marked,
             }
             for j in jobs
         ],

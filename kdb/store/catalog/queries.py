@@ -67,6 +67,24 @@ class CatalogQueries(CatalogRole):
             [sid],
         )
 
+    def snapshot_releases(self, tag: str) -> list[tuple[str | None, int]]:
+        """(triton_version, kernels) of a snapshot, most kernels first."""
+        sid = self.require_snapshot(tag)
+        return self.con.execute(
+            "SELECT triton_version, count(*) FROM kernels WHERE snapshot_id = ? GROUP BY 1 ORDER BY 2 DESC, 1",
+            [sid],
+        ).fetchall()
+
+    def kernel_figures(self, tag: str, columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """cache_key -> {column: value} for these `kernels` view columns (figure names: identifiers only)."""
+        if not all(c.isidentifier() for c in columns):
+            raise ValueError(f"not column names: {columns}")
+        sid = self.require_snapshot(tag)
+        rows = self._dicts(
+            f"SELECT cache_key, {', '.join(columns)} FROM kernels WHERE snapshot_id = ? ORDER BY cache_key", [sid]
+        )
+        return {r.pop("cache_key"): r for r in rows}
+
     def folder_files(self, digest: str) -> list[dict[str, Any]]:
         return self._dicts(
             "SELECT name, hash, size, kind FROM folder_files WHERE folder_digest = ? ORDER BY name", [digest]
