@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from kdb.api._core import diff_page, exit_code, snapshot_page
 from kdb.api._session import Session
-from kdb.api._sides import open_side, open_source, tag_of
+from kdb.api._sides import Source, open_side, open_source, tag_of
 from kdb.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class DiffRequest:
     fmt: str = "table"
     allow_unknown: bool = False
     rank: str = "severity"
+    why: bool = False  # each changed kernel's stage swap (kdb/replay/why.py), in `why_workers` toolchain processes
+    why_workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     from kdb.diff.engine import RANKS, diff_sides, ranked
     from kdb.diff.model import DiffOptions
     from kdb.diff.rules import check_min_match, parse_rules
+    from kdb.diff.sides import load_side
     from kdb.diff.terminal import ONLY
 
     r = request
@@ -87,10 +90,11 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     rules = parse_rules(list(r.fail_on))
     check_min_match(r.min_match)
     with ExitStack() as stack:
-        sides = []
+        sources = []
         for ref in (r.a, r.b):
             session.record_captures(tag_of(ref))  # what captures left waiting for the tag is recorded first
-            sides.append(stack.enter_context(open_side(session, ref)))
+            sources.append(stack.enter_context(open_source(session, ref)))
+        sides = [load_side(s.catalog.diffs, s.store, s.tag, s.label) for s in sources]
         options = DiffOptions(
             across_targets=r.across_targets,
             rules=tuple(rules),
@@ -101,6 +105,8 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
             raw_isa=r.raw_isa,
         )
         result, views = diff_sides(sides[0], sides[1], options)
+        if r.why:
+            result, views = _explained(session, sources, result, views, r)
     if r.rank == "time" and all(k.measured_ns is None for k in result.kernels):
         session.notice("--rank time: no kernel of either side has measured time (kdb profile import FILE --tag TAG)")
     result = ranked(result, r.rank)
@@ -111,6 +117,31 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
                 f"{r.kernel!r} matches {matched} kernels: showing the first {r.limit}, worst first (--limit N)"
             )
     return DiffOutcome(result, views, request)
+
+
+def _explained(
+    session: Session, sources: list[Source], result: DiffResult, views: list[KernelDeepView], request: DiffRequest
+) -> tuple[DiffResult, list[KernelDeepView]]:
+    """The result with each changed kernel's `why` (kdb/replay/why.py): A's LLIR (and PTX) compiled by B's release's
+    later stages in the toolchain registered for it, the swaps' figures from kdb's own analysis. With --kernel,
+    the kernels of its deep views only."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from kdb.replay.why import WhyRequest, WhySource, explain
+
+    a, b = (
+        WhySource({row["cache_key"]: row for row in s.catalog.queries.replay_sources(s.tag)}, s.store) for s in sources
+    )
+    why = WhyRequest(a, b, session.local_home.root, Path(tempfile.gettempdir()), max(1, request.why_workers))
+    shown = {(v.kernel.a_cache_key, v.kernel.b_cache_key) for v in views} if request.kernel is not None else None
+    chosen = [i for i, k in enumerate(result.kernels) if shown is None or (k.a_cache_key, k.b_cache_key) in shown]
+    found = {chosen[i]: w for i, w in explain(why, [result.kernels[i] for i in chosen]).items()}
+    kernels = tuple(replace(k, why=found[i]) if i in found else k for i, k in enumerate(result.kernels))
+    by_pair = {(k.a_cache_key, k.b_cache_key): k for k in kernels if k.why is not None}
+    views = [replace(v, kernel=by_pair.get((v.kernel.a_cache_key, v.kernel.b_cache_key), v.kernel)) for v in views]
+    return replace(result, kernels=kernels), views
 
 
 def report(session: Session, a: str, b: str | None, *, across_targets: bool = False, limit: int = 50) -> str:

@@ -98,6 +98,16 @@ def diff_cmd(
             "(kdb profile import)",
         ),
     ] = "severity",
+    why: Annotated[
+        bool,
+        typer.Option(
+            "--why",
+            help="name the stage that carries each changed kernel's change (triton, llvm, ptxas, both, unknown): "
+            "A's LLIR (and PTX) compiled by B's release's later stages, with the toolchain registered for it "
+            "(kdb toolchain add VERSION)",
+        ),
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", help="--why: compiles at once")] = 1,
 ) -> None:
     """Match the kernels of two snapshots and compare resources, occupancy, instruction mix and IR stages.
 
@@ -122,6 +132,8 @@ def diff_cmd(
         fmt=fmt,
         allow_unknown=allow_unknown,
         rank=rank,
+        why=why,
+        why_workers=max(1, jobs),
     )
     outcome = compare.diff(state.session, request)
     _page(outcome.render(terminal_width(), use_color()), enabled=fmt == "table" and not no_pager)

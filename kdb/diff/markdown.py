@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
-from kdb.diff.terminal import HEADERS, TableOptions, cliff_line, row, rows_shown, rules_line, summary_line
+from kdb.diff.terminal import (
+    HEADERS,
+    TableOptions,
+    cliff_line,
+    row,
+    rows_shown,
+    rules_line,
+    summary_line,
+    why_line,
+)
 from kdb.diff.views import view_markdown
 from kdb.diff.winners import config_text, listed, resources_text, timing_text, winners_summary
 from kdb.render.tables import elide_end, elide_middle
@@ -26,23 +35,25 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
 
 
-_TIME = HEADERS.index("time")
+_TIME, _WHY = HEADERS.index("time"), HEADERS.index("why")
 
 
-def _columns(timed: bool) -> list[int]:
-    """The table's columns: `time` only where an imported profile measured a kernel of the diff."""
-    return [i for i in range(len(HEADERS)) if timed or i != _TIME]
+def _columns(r: DiffResult) -> list[int]:
+    """The table's columns: `time` only where an imported profile measured a kernel of the diff, `why` only where
+    --why named a kernel's stage."""
+    timed = any(k.measured_ns is not None for k in r.kernels)
+    why = any(k.why is not None for k in r.kernels)
+    return [i for i in range(len(HEADERS)) if (timed or i != _TIME) and (why or i != _WHY)]
 
 
-def _md_row(r: DiffResult, k: KernelDiff, timed: bool) -> str:
+def _md_row(r: DiffResult, k: KernelDiff, columns: list[int]) -> str:
     cells = row(k, r.key_of(k))
     cells[2] = elide_middle(cells[2], NAME_WIDTH, 0.35)
     cells[-1] = elide_end(cells[-1], REASON_WIDTH)
-    return "| " + " | ".join(_esc(cells[i]) for i in _columns(timed)) + " |\n"
+    return "| " + " | ".join(_esc(cells[i]) for i in columns) + " |\n"
 
 
-def _head(timed: bool) -> str:
-    columns = _columns(timed)
+def _head(columns: list[int]) -> str:
     return "| " + " | ".join(HEADERS[i] for i in columns) + " |\n" + "|" + "|".join("---" for _ in columns) + "|\n"
 
 
@@ -146,6 +157,8 @@ def render_markdown(
     top = DEFAULT_TOP if top is None else top
     b = _Budget(limit)
     b.add(f"### kdb diff `{_esc(r.a_label)}` → `{_esc(r.b_label)}`\n\n{summary_line(r)}\n\n")
+    if why := why_line(r):
+        b.add(f"{_esc(why)}\n\n")
     if r.trust_problem:
         b.add(f"**untrusted:** {_esc(r.trust_problem)}\n\n")
     for line in r.assumptions:
@@ -155,8 +168,8 @@ def render_markdown(
     _notes(r, b)
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
-    timed = any(k.measured_ns is not None for k in r.kernels)
-    head_line = _head(timed)
+    columns = _columns(r)
+    head_line = _head(columns)
     if not changed:
         b.add("No kernel changed.\n")
     else:
@@ -164,7 +177,7 @@ def render_markdown(
         b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + head_line)
         shown = 0
         for k in changed[:top]:
-            line = _md_row(r, k, timed)
+            line = _md_row(r, k, columns)
             if not b.fits(line, 3 * _TRAILER):
                 break
             b.add(line)
@@ -174,7 +187,7 @@ def render_markdown(
             b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + head_line)
             folded = 0
             for k in rest:
-                line = _md_row(r, k, timed)
+                line = _md_row(r, k, columns)
                 if not b.fits(line, 2 * _TRAILER):
                     break
                 b.add(line)

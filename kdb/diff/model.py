@@ -200,6 +200,22 @@ def _delta(a: Any, b: Any) -> Any:
     return None
 
 
+# `--why`'s stages, in the order reports count them (kdb/replay/why.py names each kernel's).
+WHY_STAGES: tuple[str, ...] = ("triton", "llvm", "ptxas", "both", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """`kdb diff --why`: the stage that carries a changed kernel's change (kdb/replay/why.py), and the figures of
+    A, of each stage swap and of B that tell it. Stage names and labels are made there; reports print them."""
+
+    stage: str  # triton, llvm, ptxas, both, unknown
+    reason: str
+    figures: Mapping[str, Mapping[str, Any] | None]  # a, swap_llvm[, swap_ptxas], b -> COMPARED column -> value
+    labels: Mapping[str, str]  # the same keys -> how a report names each set (`B's LLVM on A's LLIR`)
+    decided_by: tuple[str, ...] = ()  # the figures the stage was judged on (those that changed from A to B)
+
+
 @dataclass(frozen=True, slots=True)
 class KernelDiff:
     status: Status
@@ -221,6 +237,7 @@ class KernelDiff:
     # source both have, whose counts were compared instead, or "" where none is common (not compared). None when
     # both sides' mixes come from the same source (kdb/diff/mix_sources.py, like with like).
     mix_source: str | None = None
+    why: Why | None = None  # `--why`: changed kernels only
 
     # The metric and limiter tables follow from the two sides' facts, so they are derived when a renderer
     # asks, not built for every pair: most of a 10k-kernel diff's pairs are never shown.

@@ -16,10 +16,18 @@ from kdb.diff.model import (
     KernelDeepView,
     KernelDiff,
     KernelFacts,
+    Why,
     Winner,
     WinnerDiff,
 )
-from kdb.diff.terminal import DEFAULT_WIDTH, TableOptions, assumption_text, render_table, summary_line
+from kdb.diff.terminal import (
+    DEFAULT_WIDTH,
+    TableOptions,
+    assumption_text,
+    render_table,
+    summary_line,
+    why_line,
+)
 from kdb.diff.verdict import scratch_by_depth
 from kdb.diff.views import view_text
 from kdb.figures import WINNER_RESOURCES
@@ -31,6 +39,18 @@ __all__ = ["FORMATS", "TableOptions", "document", "render_csv", "render_diff", "
 
 
 def kernel_document(k: KernelDiff, key: str | None = None) -> dict[str, Any]:
+    doc = _kernel_fields(k, key)
+    if k.why is not None:  # `--why`: changed kernels only
+        doc["why"] = why_document(k.why)
+    return doc
+
+
+def why_document(w: Why) -> dict[str, Any]:
+    """A changed kernel's `why`: its stage, the reason, the figures of A, of each swap and of B."""
+    return {"stage": w.stage, "reason": w.reason, "figures": dict(w.figures), "decided_by": w.decided_by}
+
+
+def _kernel_fields(k: KernelDiff, key: str | None) -> dict[str, Any]:
     return {
         "status": k.status.report_status,
         "label": k.status.label,
@@ -230,5 +250,7 @@ def render_diff(
         return render_markdown(r, views, top=opts.top)
     if views:
         head = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
-        return head + summary_line(r) + "\n" + assumption_text(r) + render_views(views, opts.width)
+        why = why_line(r)
+        head += summary_line(r) + "\n" + (f"{why}\n" if why else "")
+        return head + assumption_text(r) + render_views(views, opts.width)
     return render_table(r, opts)

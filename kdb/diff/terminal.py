@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdb.analysis.registry import roles_of
-from kdb.diff.model import UNPAIRED, DiffResult, KernelDiff, Rule, Status, WinnerDiff
+from kdb.diff.model import UNPAIRED, WHY_STAGES, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
 from kdb.diff.verdict import NEAR_CLIFF
 from kdb.diff.winners import listed, winner_lines, winners_summary
@@ -41,20 +41,25 @@ HEADERS = [
     "occupancy",
     "time",
     "stage",
+    "why",
     "reason",
 ]
-_KEY, _NAME, _STAGE, _REASON = 1, 2, len(HEADERS) - 2, len(HEADERS) - 1
+_KEY, _NAME, _STAGE, _WHY, _REASON = 1, 2, HEADERS.index("stage"), HEADERS.index("why"), len(HEADERS) - 1
 # Columns left out, in this order, while status, key, NAME_FLOOR of the name and REASON_FLOOR of the reason do
 # not fit: the reason names the deltas that decided the verdict, so the figures go first, least telling first.
 # Measured time (kdb profile import, only drawn where a profile ran a kernel) goes last: it is what --rank time orders by.
 OPTIONAL = [_STAGE, HEADERS.index("AGPRs"), HEADERS.index("sspill"), HEADERS.index("SGPRs")]
 OPTIONAL += [HEADERS.index("scratch"), HEADERS.index("vspill"), HEADERS.index("occupancy"), HEADERS.index("VGPRs")]
-OPTIONAL += [HEADERS.index("time")]
+OPTIONAL += [HEADERS.index("time"), _WHY]  # `--why`'s stage (only drawn where asked) goes last of all
 NAME_FLOOR = 20
 REASON_FLOOR = 24
 LEGEND = (
     "key: the kernel's cache key (kdb show TAG --kernel KEY, kdb diff A B --kernel KEY); vspill/sspill: VGPR/SGPR "
     "spills; scratch in bytes; occupancy: waves per SIMD and its limiter; AGPRs are part of VGPRs on gfx90a+"
+)
+WHY_NOTE = (
+    "why (--why): the stage that carries the change; B's backend stages on A's LLIR (and B's ptxas on A's PTX where "
+    "there is one) give triton: A's figures, llvm/ptxas: B's, both: neither; --kernel KEY shows the figures"
 )
 TIME_NOTE = (
     "time: the kernel's share of the GPU kernel time of the profiles imported under each tag (kdb profile import), A→B"
@@ -74,6 +79,15 @@ class TableOptions:
     only: str | None = None  # one of ONLY
     top: int | None = None  # at most this many rows
     show_all: bool = False  # unmatched and ambiguous kernels as rows, not counts
+
+
+def why_line(r: DiffResult) -> str | None:
+    """`--why`: how many changed kernels each stage carries (None without --why)."""
+    stages = [k.why.stage for k in r.kernels if k.why is not None]
+    if not stages:
+        return None
+    counts = ", ".join(f"{stage} {stages.count(stage)}" for stage in WHY_STAGES if stage in stages)
+    return f"why: {counts} (the stage that carries each changed kernel's change)"
 
 
 def summary_line(r: DiffResult) -> str:
@@ -216,6 +230,7 @@ def row(k: KernelDiff, key: str, name: str | None = None) -> list[str]:
         occupancy_cell(k),
         time_cell(k),
         k.first_changed_stage or "",
+        k.why.stage if k.why is not None else "",
         (k.reason or "") if k.status is not Status.SAME else "",
     ]
 
@@ -300,6 +315,8 @@ def _table_notes(r: DiffResult, opts: TableOptions, drawn: _Drawn) -> list[str]:
         notes.append(textwrap.fill(LEGEND, max(opts.width, 40)))
     if any(c[HEADERS.index("time")] for c in cells):
         notes.append(textwrap.fill(TIME_NOTE, max(opts.width, 40)))
+    if any(c[_WHY] for c in cells):
+        notes.append(textwrap.fill(WHY_NOTE, max(opts.width, 40)))
     for roles in {r.backend: r for r in map(roles_of_kernel, shown) if r.wording.headers}.values():
         words = roles.wording
         notes.append(f"{roles.vendor} kernels: VGPRs = {words.register_title}, scratch = {words.scratch_title}")
@@ -310,6 +327,8 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
     out += textwrap.fill(summary_line(r), max(opts.width, 40), subsequent_indent="  ") + "\n"
+    if why := why_line(r):
+        out += textwrap.fill(why, max(opts.width, 40), subsequent_indent="  ") + "\n"
     out += assumption_text(r, opts.color) + _cliff_text(r, opts)
     if r.fired:
         out += "\n" + _fired_section(r, opts)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from kdb.diff.model import TIME_FACTS, KernelDeepView
+from kdb.figures import COMPARED
 from kdb.render.tables import elide_end, fitted_table
 
 ISA_LINES = 300  # diff lines shown per kernel (the JSON document has the whole diff)
@@ -61,6 +62,22 @@ def fact_rows(v: KernelDeepView) -> list[list[Any]]:
     return rows
 
 
+def why_table(v: KernelDeepView) -> tuple[list[str], list[list[Any]]]:
+    """`--why`'s figures: one column per set (A, each stage swap, B) in the order the swap made them, one row per
+    figure any set has; `*` marks the figures the stage was judged on."""
+    why = v.kernel.why
+    if why is None:
+        return [], []
+    keys = list(why.figures)
+    rows = []
+    for column in COMPARED:
+        values = [(why.figures[key] or {}).get(column) for key in keys]
+        if all(x is None for x in values):
+            continue
+        rows.append([column, *("-" if x is None else x for x in values), "*" if column in why.decided_by else ""])
+    return ["fact", *(why.labels.get(key, key) for key in keys), ""], rows
+
+
 def isa_lines(v: KernelDeepView, limit: int = ISA_LINES) -> tuple[list[str], int, int]:
     """(the first `limit` lines of the ISA diff, the lines left out, the number of hunks)."""
     lines = v.isa_diff.splitlines()
@@ -108,6 +125,10 @@ def view_text(v: KernelDeepView, width: int = 100) -> str:
     facts = fact_rows(v)
     if facts:
         out += "\n" + fitted_table(["fact", "A", "B", "delta", ""], facts, width)
+    if k.why is not None:
+        out += f"\nwhy: {k.why.stage} — {k.why.reason}\n"
+        head, rows = why_table(v)
+        out += fitted_table(head, rows, width) if rows else ""
     for title, diff in (("Triton JSON", v.triton_json_diff), ("code-object metadata", v.co_metadata_diff)):
         lines = deepdiff_lines(diff)
         out += f"\n{title}: " + ("identical (hash and paths ignored)\n" if not lines else "\n")
@@ -152,6 +173,11 @@ def view_markdown(v: KernelDeepView, room: int) -> str:
     facts = fact_rows(v)
     body = "| fact | A | B | delta | |\n|---|---|---|---|---|\n"
     body += "".join("| " + " | ".join("" if c is None else str(c) for c in r) + " |\n" for r in facts)
+    if k.why is not None:
+        body += f"\n**why:** {k.why.stage} — {k.why.reason}\n\n"
+        columns, rows = why_table(v)
+        body += "| " + " | ".join(columns) + " |\n" + "|---" * len(columns) + "|\n" if rows else ""
+        body += "".join("| " + " | ".join(str(c) for c in r) + " |\n" for r in rows)
     for title, diff in (("Triton JSON", v.triton_json_diff), ("code-object metadata", v.co_metadata_diff)):
         lines = deepdiff_lines(diff)
         body += f"\n**{title}:** " + ("identical (hash and paths ignored)\n" if not lines else "\n\n")

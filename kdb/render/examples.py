@@ -23,6 +23,7 @@ Examples:
   kdb diff rocm6.1 rocm6.2 -f markdown > comment.md # a pull-request comment (<= 65,536 characters)
   kdb diff rocm6.1 rocm6.2 --kernel 'matmul*'       # deep view of the matching kernels
   kdb diff rocm6.1 /tmp/triton_cache                # a snapshot against a cache directory
+  kdb diff t36 t37 --why -j 4                       # the stage of each change: triton, llvm, ptxas or both
 """
 
 REPORT_EPILOG = """\b

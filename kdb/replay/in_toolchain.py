@@ -26,6 +26,10 @@ import time
 import traceback
 
 _ERROR_LINE = re.compile(r"(error|Error|ERROR)\b")
+# Run as a script, this file's folder (kdb/replay) is sys.path[0]: kdb's own modules there (bisect.py) would shadow
+# the standard library's for Triton's imports (random imports bisect). Only the toolchain's own paths stay.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
 def _target(spec):
@@ -90,24 +94,37 @@ def _has_json(cache_dir):
     return any(f.endswith(".json") and not f.startswith("__grp__") for _root, _dirs, files in walked for f in files)
 
 
+def _backend_stages(backend, options):
+    """The release's stages in order (`ttir`, `ttgir`, `llir`, then `amdgcn`/`hsaco` or `ptx`/`cubin`)."""
+    stages: dict = {}
+    try:
+        from triton.compiler.compiler import Language
+    except ImportError:  # releases before Gluon (3.4): add_stages(stages, options)
+        backend.add_stages(stages, options)
+    else:
+        backend.add_stages(stages, options, Language.TRITON)
+    return stages
+
+
 def _stages(job):
-    """Run a stored LLIR (first="llir") or PTX (first="ptx") through this release's later stages; write the
-    folder a cache would hold: the input, each later stage, and the metadata."""
-    from triton.compiler.compiler import Language
+    """Run a stored LLIR (first="llir") or PTX (first="ptx") through this release's later stages, with the
+    kernel's own metadata (its JSON: the shared memory and launch facts Triton's earlier stages recorded) and this
+    release's options; write the folder a cache would hold, `swap/`: the input, each later stage, the JSON."""
+    import triton
+    from triton._C.libtriton import llvm
 
     target = _target(job["target"])
     backend, known = _known_options(target)
     requested, dropped = _kept(job.get("options") or {}, known)
     options = backend.parse_options(requested)
-    stages: dict = {}
-    try:
-        backend.add_stages(stages, options, Language.TRITON)
-    except TypeError:  # releases before the language argument
-        backend.add_stages(stages, options)
-    names = list(stages)
+    stages = _backend_stages(backend, options)
     first = job["first"]
+    names = list(stages)
+    if first not in names:
+        raise ValueError(f"Triton {triton.__version__} has no {first!r} stage for {target.backend}: {names}")
+    _as_after_make_llir(backend, llvm)
     metadata = dict(job.get("metadata") or {})
-    metadata.update({k: v for k, v in options.__dict__.items()})
+    metadata.update(dict(options.__dict__))
     metadata["target"] = target
     with open(job["input"]) as f:
         module = f.read()
@@ -122,12 +139,37 @@ def _stages(job):
         with open(os.path.join(folder, f"{name}.{ext}"), mode) as f:
             f.write(data)
     metadata["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
-    import triton
-
     metadata["triton_version"] = triton.__version__
     with open(os.path.join(folder, f"{name}.json"), "w") as f:
-        json.dump(metadata, f, default=lambda o: o.__dict__ if hasattr(o, "__dict__") else str(o))
+        json.dump(metadata, f, default=_plain)
     return {"dropped": dropped}
+
+
+def _as_after_make_llir(backend, llvm):
+    """The process-wide LLVM state this release's make_llir leaves for the later stages, which a swap that starts
+    after it must set itself: the targets initialised (else codegen crashes), and on NVIDIA 3.4-3.8 the 32-bit
+    shared-memory pointers (`nvptx-short-ptr`, a global option there; a make_ptx flag from 3.9): without it the
+    PTX of a stored LLIR differs from the one the release wrote."""
+    import inspect
+
+    llvm.init_targets()
+    try:
+        source = inspect.getsource(type(backend).make_llir)
+    except (OSError, TypeError):
+        return
+    if "nvidia.set_short_ptr()" in source:
+        from triton._C.libtriton import nvidia
+
+        nvidia.set_short_ptr()
+
+
+def _plain(value):
+    """A metadata value JSON has no type for (an enum, a dataclass, a tuple subclass) as Triton would write it."""
+    if hasattr(value, "_asdict"):
+        return value._asdict()
+    if hasattr(value, "__dict__"):
+        return value.__dict__
+    return str(value)
 
 
 def _first_error(log_path, exc_text):

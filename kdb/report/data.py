@@ -45,7 +45,8 @@ def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
         if k.status is Status.SAME:
             continue
         cells = row(k, r.key_of(k))
-        del cells[HEADERS.index("time")]  # measured time is the terminal's and markdown's (kdb profile import)
+        # measured time is the terminal's and markdown's (kdb profile import), as is `--why`'s stage
+        cells = [c for h, c in zip(HEADERS, cells, strict=True) if h not in ("time", "why")]
         col = _reg_column(k)
         b = k.b or k.a
         sort = [

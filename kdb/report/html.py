@@ -334,9 +334,8 @@ def diff_report(
     payload["figures"] = {**figs, **tuned_figs}
     payload["marks"] = {**marks, **tuned_marks}
     words = wording_of({k.facts.backend for k in r.kernels if k.facts is not None})
-    return _page(
-        title, subtitle, list(figs), vendor_headers([h for h in HEADERS if h != "time"], words), payload, extra
-    )
+    headers = [h for h in HEADERS if h not in ("time", "why")]  # the terminal's and markdown's alone
+    return _page(title, subtitle, list(figs), vendor_headers(headers, words), payload, extra)
 
 
 def snapshot_report(
