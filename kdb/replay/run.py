@@ -203,6 +203,7 @@ def _job_of(home: Home, row: dict[str, Any], spec: _Spec, folder: Path) -> _Job:
         "id": row["cache_key"],
         "kind": "compile",
         "ttir": str(path),
+        "stored_as": f"{row['cache_key']}/{ttir}",
         "target": target.as_job(),
         "options": plan.options,
         "cache_dir": str(folder / "cache"),
@@ -221,28 +222,28 @@ def _compile_all(
 
     def run_share(share: list[_Job]) -> None:
         payload = json.dumps({"jobs": [j.job for j in share], "timeout_s": request.timeout_s})
-        proc = subprocess.Popen(
-            [chain.python, str(WORKER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=toolchains.compile_env(),
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(payload)
-        proc.stdin.close()
-        for line in proc.stdout:
-            try:
-                result = json.loads(line)
-            except ValueError:
-                continue
-            if "id" in result:
-                with lock:
-                    results[result["id"]] = result
+        # the toolchain's own complaints (an import that fails there) go to a file, read when it dies early
+        with tempfile.TemporaryFile("w+") as errors:
+            with subprocess.Popen(
+                [chain.python, str(WORKER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env=toolchains.compile_env(),
+            ) as proc:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(payload)
+                proc.stdin.close()
+                for line in proc.stdout:
+                    _take(line, results, lock)
                     if progress:
                         progress(len(results), len(jobs))
-        proc.wait()
+            errors.seek(0)
+            last = (errors.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        for j in share:
+            with lock:
+                results.setdefault(j.cache_key, {"ok": False, "error": f"the toolchain process died: {last}"[:400]})
 
     threads = [threading.Thread(target=run_share, args=(share,)) for share in shares if share]
     for t in threads:
@@ -250,6 +251,16 @@ def _compile_all(
     for t in threads:
         t.join()
     return results
+
+
+def _take(line: str, results: dict[str, dict[str, Any]], lock: threading.Lock) -> None:
+    try:
+        result = json.loads(line)
+    except ValueError:
+        return
+    if isinstance(result, dict) and "id" in result:
+        with lock:
+            results[result["id"]] = result
 
 
 def _collect(
@@ -268,6 +279,7 @@ def _collect(
         folders = [p for p in Path(j.job["cache_dir"]).iterdir()] if Path(j.job["cache_dir"]).is_dir() else []
         if not result.get("ok") or len(folders) != 1:
             reason = result.get("error") or f"the compile left {len(folders)} cache folders, not one"
+            reason = reason.replace(j.job["ttir"], j.job["stored_as"])  # the file as the snapshot names it
             failed.append({"cache_key": j.cache_key, "name": j.name, "reason": reason})
             continue
         folder = folders[0]
@@ -282,6 +294,8 @@ def _relocate_group_files(folder: Path, final: Path) -> None:
     """Triton's group files name their children by absolute path: point them at the folder's final place."""
     for group in folder.glob("__grp__*.json"):
         doc = json.loads(group.read_text())
+        if not isinstance(doc.get("child_paths"), dict):  # 2.x: a list of file names, nothing to point
+            continue
         doc["child_paths"] = {k: str(final / Path(v).name) for k, v in doc.get("child_paths", {}).items()}
         group.write_text(json.dumps(doc))
 
