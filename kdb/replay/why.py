@@ -21,6 +21,7 @@ the other resources that changed, else code size and instruction count. Stage na
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -58,7 +59,6 @@ SWAPS: dict[str, tuple[SwapKind, ...]] = {
         SwapKind("swap_ptxas", "ptx", "B's ptxas on A's PTX", "ptxas"),
     ),
 }
-SIDE_LABELS = {"a": "A", "b": "B"}
 ACROSS_REASON = "A and B are compiled for different targets ({a}, {b}): A's LLIR cannot be compiled for B's"
 
 
@@ -111,9 +111,10 @@ def explain(request: WhyRequest, kernels: Sequence[KernelDiff], progress: Progre
 
 
 def _stem(row: Mapping[str, Any]) -> str | None:
+    """The name the kernel's files share (`NAME.json`, `NAME.llir`): its own name where a folder holds several."""
     names = [f["name"] for f in row["files"]]
     stems = [n[: -len(".json")] for n in names if n.endswith(".json") and not n.startswith("__grp__")]
-    return stems[0] if stems else None
+    return row.get("name") if row.get("name") in stems else (stems[0] if stems else None)
 
 
 def _meta(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,7 +135,7 @@ def _plan(request: WhyRequest, k: KernelDiff, chains: Mapping[str, toolchains.To
     stem = _stem(row_a)
     if target_b is None or not pair.release:
         pair.problem = "B's kernel records no target or Triton release (its JSON has none)"
-    elif target_a != target_b:
+    elif _gpu(target_a) != _gpu(target_b):
         pair.problem = ACROSS_REASON.format(a=_target_text(target_a), b=_target_text(target_b))
     elif pair.backend not in SWAPS:
         pair.problem = f"no stage swap is known for kernels of backend {pair.backend!r}"
@@ -171,6 +172,14 @@ def _plan(request: WhyRequest, k: KernelDiff, chains: Mapping[str, toolchains.To
             "log": str(at / "log"),
         }
     return pair
+
+
+def _gpu(target: Any) -> tuple[str, str] | None:
+    """A target's backend and GPU, however its release spelled the CUDA capability (2.x `sm90`, 3.x `90`)."""
+    if target is None:
+        return None
+    arch = str(target.arch).lower()
+    return target.backend, re.sub(r"^sm_?|[a-z]$", "", arch) if target.backend == "cuda" else arch
 
 
 def _target_text(target: Any) -> str:
