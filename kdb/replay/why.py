@@ -59,6 +59,7 @@ SWAPS: dict[str, tuple[SwapKind, ...]] = {
         SwapKind("swap_ptxas", "ptx", "B's ptxas on A's PTX", "ptxas"),
     ),
 }
+NOTHING_DECIDES = "no figure kdb compares differs between A and B (only the instruction mix or the code changed)"
 ACROSS_REASON = "A and B are compiled for different targets ({a}, {b}): A's LLIR cannot be compiled for B's"
 
 
@@ -279,7 +280,7 @@ def judge(pair: _Pair) -> Why:
     if pair.problem is not None:
         return Why("unknown", pair.problem, sets, labels, decided)
     if not decided:
-        return Why("unknown", "no figure kdb compares differs between A and B", sets, labels, decided)
+        return Why("unknown", NOTHING_DECIDES, sets, labels, decided)
     stage, reason = _stage(pair, swaps, decided)
     return Why(stage, reason, sets, labels, decided)
 
