@@ -212,3 +212,41 @@ def test_bisect_names_the_release_whose_replay_first_changed_each_figure(cached_
         assert set(named) == expected
         for figure, change in named.items():
             assert change["first_release"] == TEST_RELEASE and change["after"] == now[figure]
+
+
+# The bisect of the sweep: A and B four releases apart, every step a release whose wheel kdb installs itself
+# (`kdb toolchain add VERSION`: pip, from the configured index) into a home kept with the test cache.
+BISECT_CHAIN = ("t3.3.1-gfx942", "t3.6.0-gfx942", ("3.4.0", "3.5.1", "3.6.0"))
+TOOLCHAIN_CACHE = Path.home() / ".cache" / "kdb-tests" / "toolchains"
+
+
+@pytest.mark.sweep
+def test_bisect_across_four_releases_names_the_release_of_a_direct_replay_at_each(cached_home, home_copy):
+    a, b, steps = BISECT_CHAIN
+    home = home_copy(cached_home([(a, archive_of(a)), (b, archive_of(b))]))
+    for release in steps:
+        toolchains.add(TOOLCHAIN_CACHE, release)  # made once, then reused
+    shutil.copy(TOOLCHAIN_CACHE / toolchains.REGISTRY_NAME, home / toolchains.REGISTRY_NAME)
+    done = kdb_subprocess(home, "bisect", a, b, "--format", "json", "-j", "2", "--timeout", "300")
+    assert done.code == 0, done.err
+    document = done.json()
+    assert document["releases"] == list(steps)
+    keys = [k["a_cache_key"] for k in document["kernels"]]
+    assert len(keys) >= 30
+    # each release replayed directly, the first change per figure found here, independently of kdb's bisect
+    start = _figures(home, a)
+    direct = {}
+    for release in steps:
+        outcome = replay(Home(home), home, ReplayRequest(a, release, f"at-{release}", workers=2, cache_keys=keys))
+        direct[release] = (outcome.mapping, _figures(home, f"at-{release}"))
+    for k in document["kernels"]:
+        key = k["a_cache_key"]
+        expected = {}
+        for figure in BISECT_FIGURES:
+            for release in steps:
+                mapping, figures = direct[release]
+                if key in mapping and figures[mapping[key]][figure] != start[key][figure]:
+                    expected[figure] = release
+                    break
+        named = {c["figure"]: c["first_release"] for c in k["changes"] if c["first_release"] is not None}
+        assert named == expected, (k["name"], key)
