@@ -287,3 +287,17 @@ def test_why_without_a_toolchain_for_b_says_what_to_run(ingested_copy, capsys):
     assert all(f"kdb toolchain add {TEST_RELEASE}" in k["why"]["reason"] for k in changed)
     assert all(k["why"]["figures"]["swap_llvm"] is None for k in changed)
     assert all("why" not in k for k in doc["kernels"] if k["status"] != "changed")
+
+
+def test_a_release_family_takes_its_one_registered_toolchain():
+    """Triton 3.0-3.2 write no version in their JSON (kdb records the family their cache names): the one registered
+    toolchain of the family compiles B's stages; several, or none, leave the stage unknown with the reason."""
+    from kdb.replay.why import _toolchain_of
+
+    chains = dict.fromkeys(["3.0.0", "3.1.0", "3.2.0", "3.6.0"])
+    assert _toolchain_of("3.2", chains) == ("3.2.0", None)  # type: ignore[arg-type]
+    assert _toolchain_of("3.6.0", chains) == ("3.6.0", None)  # type: ignore[arg-type]
+    release, problem = _toolchain_of("3.0-3.1", chains)  # type: ignore[arg-type]
+    assert release is None and "3.0.0, 3.1.0 fit it" in str(problem)
+    release, problem = _toolchain_of("3.7.1", chains)  # type: ignore[arg-type]
+    assert release is None and "`kdb toolchain add 3.7.1`" in str(problem)

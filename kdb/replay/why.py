@@ -132,19 +132,17 @@ def _plan(request: WhyRequest, k: KernelDiff, chains: Mapping[str, toolchains.To
         return pair
     meta_a, meta_b = _meta(row_a), _meta(row_b)
     target_a, target_b = kernel_target(meta_a, row_a), kernel_target(meta_b, row_b)
-    pair.backend, pair.release = row_b.get("backend"), row_b.get("triton_version")
+    pair.backend = row_b.get("backend")
+    pair.release, chain_problem = _toolchain_of(row_b.get("triton_version"), chains)
     stem = _stem(row_a)
-    if target_b is None or not pair.release:
+    if target_b is None or not row_b.get("triton_version"):
         pair.problem = "B's kernel records no target or Triton release (its JSON has none)"
     elif _gpu(target_a) != _gpu(target_b):
         pair.problem = ACROSS_REASON.format(a=_target_text(target_a), b=_target_text(target_b))
     elif pair.backend not in SWAPS:
         pair.problem = f"no stage swap is known for kernels of backend {pair.backend!r}"
-    elif pair.release not in chains:
-        pair.problem = (
-            f"no toolchain for B's Triton {pair.release} is registered: run `kdb toolchain add {pair.release}` "
-            f"(or `kdb toolchain add {pair.release} --python PATH` for an interpreter that has it)"
-        )
+    elif chain_problem is not None:
+        pair.problem = chain_problem
     elif stem is None:
         pair.problem = "A's kernel folder has no Triton JSON"
     if pair.problem is not None:
@@ -173,6 +171,26 @@ def _plan(request: WhyRequest, k: KernelDiff, chains: Mapping[str, toolchains.To
             "log": str(at / "log"),
         }
     return pair
+
+
+def _toolchain_of(release: str | None, chains: Mapping[str, toolchains.Toolchain]) -> tuple[str | None, str | None]:
+    """The registered toolchain of B's release, or why there is none. Triton 3.0-3.2 write no version in their
+    JSON: kdb records the release family their cache names (`3.0-3.1`, `3.2`), and the one registered toolchain of
+    that family is taken; none, or several, is said."""
+    if not release or release in chains:
+        return release, None
+    add = f"`kdb toolchain add {release}` (or `kdb toolchain add {release} --python PATH` for an interpreter with it)"
+    bounds = [toolchains.release_key(v)[:2] for v in re.findall(r"\d+\.\d+", release)]
+    if not bounds or "+" in release or re.fullmatch(r"\d+\.\d+\.\d+", release):
+        return None, f"no toolchain for B's Triton {release} is registered: run {add}"
+    low, high = bounds[0], bounds[-1]
+    fits = sorted((v for v in chains if low <= toolchains.release_key(v)[:2] <= high), key=toolchains.release_key)
+    if len(fits) == 1:
+        return fits[0], None
+    family = f"B's kernels record only the release family {release} (those releases write no version in their JSON)"
+    if fits:
+        return None, f"{family}, and toolchains {', '.join(fits)} fit it: kdb cannot tell which compiled B"
+    return None, f"{family}, and no toolchain of it is registered: run `kdb toolchain add VERSION` for the one of B"
 
 
 def _gpu(target: Any) -> tuple[str, str] | None:
