@@ -114,7 +114,8 @@ LEFT JOIN inductor_modules m
        ON m.snapshot_id = km.snapshot_id AND m.path = km.module_path AND m.kernel_name = km.kernel_name;
 
 -- The kernel's instr_source mix per loop depth: depth >= 1 from instr_mix_loop_counts, depth 0 the rest.
--- Only kernels whose loop nest is known (max_loop_depth not NULL).
+-- Only kernels whose loop nest is known (max_loop_depth not NULL). The instruction group is grp, as in every
+-- other view; "group" (its name until issue 40, a reserved word) is kept last as a deprecated copy of grp.
 CREATE VIEW instr_mix_by_loop AS
 WITH known AS (
     SELECT k.tag, k.cache_key, k.folder_digest, k.instr_source
@@ -134,9 +135,9 @@ outside AS (
     FROM known n
     JOIN instr_mix_counts m ON m.folder_digest = n.folder_digest AND m.source = n.instr_source
 )
-SELECT tag, cache_key, loop_depth, grp AS "group", mnemonic, CAST(count AS INTEGER) AS count FROM inside
+SELECT tag, cache_key, loop_depth, grp, mnemonic, CAST(count AS INTEGER) AS count, grp AS "group" FROM inside
 UNION ALL
-SELECT tag, cache_key, loop_depth, grp AS "group", mnemonic, CAST(count AS INTEGER) AS count FROM outside
+SELECT tag, cache_key, loop_depth, grp, mnemonic, CAST(count AS INTEGER) AS count, grp AS "group" FROM outside
 WHERE count > 0;
 
 -- Per kernel folder of a snapshot: its launches and time over every profile imported under the tag. share is the

@@ -345,7 +345,7 @@ def test_migration_010_adds_the_loop_figures_that_reindex_fills(capsys, ingested
     `kdb reindex` then computes exactly what a fresh ingest records."""
     home = ingested_copy([("t3.4.0-gfx942", "t3.4.0-gfx942")])
     figures = f"SELECT cache_key, {', '.join(MIGRATION_010_COLUMNS)} FROM kernels ORDER BY cache_key"
-    by_loop = 'SELECT cache_key, loop_depth, "group", mnemonic, count FROM instr_mix_by_loop ORDER BY ALL'
+    by_loop = "SELECT cache_key, loop_depth, grp, mnemonic, count FROM instr_mix_by_loop ORDER BY ALL"
     fresh = kdb(capsys, home, "sql", figures, "--format", "json").json()
     fresh_rows = kdb(capsys, home, "sql", by_loop, "--format", "json").json()
     assert any(r["max_loop_depth"] for r in fresh) and any(r["scratch_instr_in_loops"] for r in fresh)

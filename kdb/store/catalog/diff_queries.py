@@ -109,7 +109,7 @@ class DiffQueries(CatalogRole):
         mnemonic, group, count)]; a kernel whose loop nest is unknown has no rows."""
         self.require_snapshot(tag)
         rows = self.con.execute(
-            'SELECT cache_key, loop_depth, mnemonic, "group", count FROM instr_mix_by_loop WHERE tag = ? '
+            "SELECT cache_key, loop_depth, mnemonic, grp, count FROM instr_mix_by_loop WHERE tag = ? "
             "AND cache_key IN (SELECT unnest(?::VARCHAR[])) ORDER BY cache_key, loop_depth, mnemonic, 4",
             [tag, list(cache_keys)],
         ).fetchall()
