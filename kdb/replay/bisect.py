@@ -51,11 +51,12 @@ def release_key(version: str | None) -> tuple[int, ...]:
 
 
 def releases_between(registered: Sequence[str], a_release: str, b_release: str) -> list[str]:
-    """The registered releases after A's and up to B's, oldest first."""
+    """The registered releases from A's (left out) to B's (kept), in that order: oldest first for an upgrade,
+    newest first for a downgrade."""
     low, high = release_key(a_release), release_key(b_release)
-    if low > high:
-        low, high = high, low
-    return sorted((v for v in registered if low < release_key(v) <= high), key=release_key)
+    if low <= high:
+        return sorted((v for v in registered if low < release_key(v) <= high), key=release_key)
+    return sorted((v for v in registered if high <= release_key(v) < low), key=release_key, reverse=True)
 
 
 def first_changes(
