@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Wall and CPU time of the test suite per tier, marker and test file (the README's "Developing" figures).
+"""Wall and CPU time of the test suite per tier, marker and test file (docs/developing.md's figures).
 
     python bench/test_suite.py                      # cold full run, warm full run, fast tier, each marker
     python bench/test_suite.py --tiers warm,fast    # only some of them

@@ -14,4 +14,12 @@ kdb tags
 kdb sql "SELECT tag, name, vgpr_count, vgpr_spill_count, scratch_bytes, occupancy_llvm, occupancy
          FROM kernels WHERE scratch_bytes > 0 ORDER BY scratch_bytes DESC LIMIT 10"
 if kdb diff --help >/dev/null 2>&1; then kdb diff t3.3.1-gfx942 t3.4.0-gfx942 || true; fi
-echo "kdb home used: $KDB_HOME (open it with: duckdb -readonly $KDB_HOME/catalog.duckdb)"
+# What to run next: each line works in this shell's environment (the same venv) once KDB_HOME is exported.
+cat <<EOF
+
+kdb home used: $KDB_HOME. Go on with:
+  export KDB_HOME=$KDB_HOME
+  kdb report t3.3.1-gfx942 t3.4.0-gfx942 --output upgrade.html   # the diff as an HTML page with plots
+  kdb diff t3.3.1-gfx942 t3.4.0-gfx942 --kernel 'attn_fwd*'       # one kernel's facts, mix and ISA hunks
+  kdb sql "SELECT tag, grp, sum(count) AS n FROM instr_mix_by_loop WHERE loop_depth > 0 GROUP BY ALL ORDER BY n DESC"
+EOF

@@ -7,7 +7,7 @@
         db.ingest("/tmp/triton_cache", "rocm6.2", labels={"ci": "nightly"}, sass=False)
         rel = db.kernels("rocm6.2")             # a DuckDB relation over the `kernels` view
         rel.filter("vgpr_spill_count > 0").order("scratch_bytes DESC").fetchall()
-        rel.df()                                # pandas (.pl(): polars, .arrow(): pyarrow), if installed
+        rel.df()                                # pandas: pip install 'kdb[notebook]' (.pl(): polars, .arrow(): pyarrow)
         k = db.kernel("rocm6.2", "2RPA4D")      # one kernel's facts: `kdb show TAG --kernel KEY`
         d = db.diff("rocm6.1", "rocm6.2", fail_on=["new-spills", "vgpr:+10%"])
         d.kernels[0].status, d.kernels[0].reason  # ranked worst first, as the table

@@ -50,7 +50,7 @@ class Kdb:
     >>> import kdb
     >>> with kdb.open("/tmp/kdb-home") as db:                        # doctest: +SKIP
     ...     db.ingest("/tmp/triton_cache", "rocm6.2")
-    ...     db.kernels("rocm6.2").filter("vgpr_spill_count > 0").df()  # pandas, if installed
+    ...     db.kernels("rocm6.2").filter("vgpr_spill_count > 0").df()  # pandas: kdb[notebook]
     ...     d = db.diff("rocm6.1", "rocm6.2", fail_on=["new-spills"])
     ...     d.exit_code, d.summary, d.kernels[0].reason
     """
@@ -117,9 +117,10 @@ class Kdb:
     @api_errors
     def kernels(self, tag: str) -> Relation:
         """The `kernels` view's rows of snapshot `tag` (schema/README.md lists the columns), by name and cache
-        key, as a DuckDB relation: `.fetchall()`, `.filter("occupancy < 4")`, `.df()` (pandas), `.pl()`
-        (polars), `.arrow()` (pyarrow), with whichever library is installed. The rows are copied at the call
-        into an in-memory database: the relation holds the catalog open never, and outlives this object."""
+        key, as a DuckDB relation: `.fetchall()`, `.filter("occupancy < 4")`, `.df()` (pandas and numpy: the
+        `kdb[notebook]` extra), `.pl()` (polars), `.arrow()` (pyarrow), with whichever library is installed. The
+        rows are copied at the call into an in-memory database: the relation holds the catalog open never, and
+        outlives this object."""
         from kdb.store.catalog.frames import kernels_relation
 
         home = self._record_captures(tag)
