@@ -51,7 +51,7 @@ def test_spill_growth_ranks_above_everything_else_and_says_why(both_directions) 
             for k in doc["kernels"]
             if k.get("a_cache_key") and k.get("b_cache_key") and "launch" not in (k.get("reason") or "")
         ]
-        # spills that moved out of the loops are an improvement however the total moved (issue 28: below)
+        # spills that moved out of the loops are `mixed` however the total moved (issue 28 and 40: below)
         moved = [i for i, k in enumerate(ranked) if _moved_out_of_loops(k)]
         spill = [
             i
@@ -95,7 +95,8 @@ def _moved_out_of_loops(k: dict) -> bool:
 
 def test_scratch_growth_inside_loops_ranks_above_growth_outside_and_names_the_depth(both_directions) -> None:
     """Issue 28: every kernel whose scratch grows inside a loop ranks above every kernel whose scratch grows only
-    outside loops, and its reason names the depth; spills that moved out of the loops are an improvement."""
+    outside loops, and its reason names the depth; spills that moved out of the loops (while the total grew) are
+    `mixed` (issue 40: a kernel whose spills grow is never `improved`)."""
     inside_total = outside_total = moved_total = pairs_with_both = 0
     inductor_kernels = 0  # the Inductor scenarios' upgrades are among those judged
     for a, b, doc in both_directions:
@@ -123,10 +124,13 @@ def test_scratch_growth_inside_loops_ranks_above_growth_outside_and_names_the_de
             k = ranked[i]
             assert k["verdict"] == "regressed", (a.tag, b.tag, k["name"], k["verdict"], k["reason"])
             deepest = max(_loop_depths_grew(k))
-            assert (k.get("reason") or "").startswith(f"scratch in loop depth {deepest}:"), (a.tag, b.tag, k["reason"])
+            # the deepest growth opens the reason's `worse:` clauses (issue 40: every clause says its direction)
+            reason = k.get("reason") or ""
+            assert reason.startswith(f"worse: scratch in loop depth {deepest}:"), (a.tag, b.tag, reason)
         for k in ranked:
             if _moved_out_of_loops(k):
-                assert k["verdict"] in ("improved", "mixed"), (a.tag, b.tag, k["name"], k["verdict"])
+                # fewer executed scratch accesses, but more spills in all: never `improved` (issue 40)
+                assert k["verdict"] == "mixed", (a.tag, b.tag, k["name"], k["verdict"])
                 assert "spills moved out of loops" in (k.get("reason") or ""), k.get("reason")
                 moved_total += 1
         inside_total += len(inside)

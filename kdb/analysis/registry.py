@@ -12,13 +12,17 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from kdb.analysis.amd import occupancy as amd_occupancy
 from kdb.analysis.amd.analyze import analyze_amd
 from kdb.analysis.model import FolderAnalysis, FolderFile, KernelFolder, first_file
+from kdb.analysis.nvidia import occupancy as nvidia_occupancy
 from kdb.analysis.nvidia.analyze import analyze_nvidia
 from kdb.figures import FigureRoles, Wording, load_roles, wording_for
 from kdb.triton.kernel_json import KernelMeta
 
 Analyze = Callable[[FolderAnalysis, dict[str, Any], KernelFolder], None]
+# (arch, occupancy limiter) -> what one workgroup/block may have of that resource, where the backend knows it
+LaunchGrant = Callable[[str | None, str | None], int | None]
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class Backend:
     code_object_kind: str  # walker kind of its code object
     analyze: Analyze
     roles: FigureRoles  # what its figures mean, and the words its reports use (kdb/figures.py)
+    launch_grant: LaunchGrant  # the limit a launch occupancy of 0 exceeded (LDS / shared memory per workgroup)
 
 
 def _roles(vendor: str) -> FigureRoles:
@@ -35,8 +40,8 @@ def _roles(vendor: str) -> FigureRoles:
 
 AMD_ROLES, NVIDIA_ROLES = _roles("amd"), _roles("nvidia")
 BACKENDS: tuple[Backend, ...] = (
-    Backend("hip", "hsaco", analyze_amd, AMD_ROLES),
-    Backend("cuda", "cubin", analyze_nvidia, NVIDIA_ROLES),
+    Backend("hip", "hsaco", analyze_amd, AMD_ROLES, amd_occupancy.launch_grant),
+    Backend("cuda", "cubin", analyze_nvidia, NVIDIA_ROLES, nvidia_occupancy.launch_grant),
 )
 _ROLES = {b.name: b.roles for b in BACKENDS}
 # A kernel whose backend kdb does not know: no register file, scratch or expected figure can be judged on it (a rule
@@ -57,6 +62,15 @@ UNKNOWN_ROLES = dataclasses.replace(
 def roles_of(backend: str | None) -> FigureRoles:
     """The figure roles of a backend named in the catalog (`hip`, `cuda`); UNKNOWN_ROLES for any other."""
     return _ROLES.get(backend or "", UNKNOWN_ROLES)
+
+
+def launch_grant(backend: str | None, arch: str | None, limiter: str | None) -> int | None:
+    """What the GPU grants one workgroup/block of the resource that stops a kernel launching (`lds` on gfx942:
+    65536 B), as the backend declares it; None where it declares none."""
+    for b in BACKENDS:
+        if b.name == backend:
+            return b.launch_grant(arch, limiter)
+    return None
 
 
 def wording_of(backends: Iterable[str | None]) -> Wording:

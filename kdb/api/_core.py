@@ -82,6 +82,8 @@ def exit_code(result: DiffResult) -> ExitCode:
 def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, Any]]:
     """`kdb show TAG --kernel PATTERN`'s kernels: each row of the `kernels` view with its analysis, mix, hot
     lines, problems and measured times. UsageError when nothing matches or a cache-key prefix names several kernels."""
+    from kdb.diff.verdict import launchable, why_unlaunchable
+
     rows = catalog.queries.kernel_rows(tag, pattern)
     if not rows:
         raise UsageError(f"no kernel matching {pattern!r} in snapshot {tag!r}")
@@ -94,6 +96,8 @@ def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, A
             **row,
             **catalog.queries.kernel_detail(tag, row["cache_key"]),
             "times": catalog.profiles.profile_times(tag, row["cache_key"]),
+            # why it cannot launch (`asks 98304 B of LDS, gfx942 grants 65536 B`); None where it can or is unknown
+            "cannot_launch": why_unlaunchable(row) if launchable(row) is False else None,
         }
         for row in rows
     ]

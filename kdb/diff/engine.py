@@ -31,6 +31,7 @@ from kdb.diff.model import (
 from kdb.diff.rules import (
     classify,
     judge_rule,
+    mark_fired,
     trust_problem,
     unknown_figures,
     unknown_reasons,
@@ -252,7 +253,7 @@ def compare(
         fired = tuple(text for text, verdict in judged if verdict is True)
         unknown = tuple(text for text, verdict in judged if verdict is None)
         if fired or unknown:
-            kd = dataclasses.replace(kd, fired_rules=fired, unknown_rules=unknown)
+            kd = mark_fired(kd, fired, unknown)
             fired_set.update(fired)
             unknown_set.update(unknown)
         kernels.append(kd)

@@ -153,7 +153,10 @@ class KernelFacts:
     problems: str | None = None  # what the analysis could not read or compute ('stage: reason | …')
 
     def get(self, column: str) -> Any:
-        """A fact by its `kernels` column (the backend too), as the verdicts read a row."""
+        """A fact by its `kernels` column (the backend and arch too), as the verdicts read a row."""
+        if column == "arch":
+            arch = self.target.split(":")[1]
+            return None if arch == "None" else arch
         return self.backend if column == "backend" else self.values.get(column)
 
     def why_unknown(self, column: str) -> str:
@@ -348,6 +351,8 @@ class DiffResult:
     unknown_reasons: tuple[str, ...] = ()
     # One line per thing kdb had to assume: an unknown release or target, figures it could not compute
     assumptions: tuple[str, ...] = ()
+    # cache key (A's or B's) -> autotune group identity (kdb/diff/groups.py): kernels that differ only in tuning
+    group_of: Mapping[str, str] = field(default_factory=dict)
 
     def winner_count(self, status: str) -> int:
         return sum(1 for w in self.winners if w.status == status)
@@ -357,15 +362,15 @@ class DiffResult:
 
     @property
     def summary(self) -> dict[str, int]:
-        """The JSON `summary`. Its first seven keys are the contract of schema version 1 (`matched` is `same`;
-        `regressed` counts `mixed` too); `same`, `mixed`, `neutral` and `kernels` were added so that every
-        status the table shows is counted under its own name: same + regressed + improved + neutral + only_a +
-        only_b + ambiguous = kernels (mixed is part of regressed)."""
+        """The one definition of the counts, read by the table, markdown, CSV, JSON, HTML and the Python API: every
+        status under its own name (`regressed` does not count `mixed`), so same + regressed + improved + mixed +
+        neutral + only_a + only_b + ambiguous = kernels. `matched` (= same) and `changed` (= regressed + improved +
+        mixed + neutral) are kept for schema version 1's readers."""
         counts = self.status_counts
         return {
             "matched": counts[Status.SAME],
             "changed": sum(counts[s] for s in _CHANGED),
-            "regressed": counts[Status.REGRESSED] + counts[Status.MIXED],
+            "regressed": counts[Status.REGRESSED],
             "improved": counts[Status.IMPROVED],
             "only_a": counts[Status.ONLY_IN_A],
             "only_b": counts[Status.ONLY_IN_B],

@@ -28,7 +28,7 @@ from kdb.diff.terminal import (
     summary_line,
     why_line,
 )
-from kdb.diff.verdict import scratch_by_depth
+from kdb.diff.verdict import launchable, scratch_by_depth, why_unlaunchable
 from kdb.diff.views import view_text
 from kdb.figures import WINNER_RESOURCES
 from kdb.render.tables import table_csv, to_json
@@ -74,7 +74,13 @@ def _kernel_fields(k: KernelDiff, key: str | None) -> dict[str, Any]:
         "fired_rules": k.fired_rules,
         "unknown_rules": k.unknown_rules,
         "warnings": k.warnings,
+        "cannot_launch": {"a": _cannot_launch(k.a), "b": _cannot_launch(k.b)},
     }
+
+
+def _cannot_launch(facts: KernelFacts | None) -> str | None:
+    """Why a side cannot launch (`asks 98304 B of LDS, gfx942 grants 65536 B`); null where it can or is unknown."""
+    return why_unlaunchable(facts) if facts is not None and launchable(facts) is False else None
 
 
 def _time_facts(facts: KernelFacts | None) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@ whether the comparison can be trusted at all (exit code 2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from kdb.analysis.registry import roles_of
@@ -85,7 +86,31 @@ def classify(a: verdict.Facts, b: verdict.Facts) -> tuple[Status, float, str]:
     regressions (larger is worse: spill growth above occupancy drops above resource growth); improvements
     get a negative one."""
     v = verdict.classify(a, b)
-    return _VERDICTS[v.verdict], v.severity, v.reason
+    status, severity = _VERDICTS[v.verdict], v.severity
+    if status is Status.IMPROVED:
+        backend = b.get("backend") or a.get("backend") or ""
+        judges = (_new_spills, _scratch_increase, _occupancy_drop)
+        if any(judge(a, b, backend) for judge in judges):  # type: ignore[arg-type]
+            # what a default rule (new-spills, scratch-increase, occupancy-drop) would fire on is never improved
+            status, severity = Status.MIXED, verdict.RESOURCE_TIER
+    return status, severity, v.reason
+
+
+FIRED = "fired"  # opens the clause of a reason that names the --fail-on rules that fired on the kernel
+
+
+def mark_fired(kd: KernelDiff, fired: tuple[str, ...], unknown: tuple[str, ...]) -> KernelDiff:
+    """The kernel with the rules that fired on it and those that could not judge it. A kernel a rule fired on
+    is never `improved` (it becomes `mixed`), and its reason names the rules first (`fired: new-spills; …`)."""
+    if not fired:
+        return dataclasses.replace(kd, unknown_rules=unknown)
+    status, severity = kd.status, kd.severity
+    if status is Status.IMPROVED:
+        status, severity = Status.MIXED, verdict.RESOURCE_TIER
+    reason = f"{FIRED}: {', '.join(fired)}" + (f"; {kd.reason}" if kd.reason else "")
+    return dataclasses.replace(
+        kd, status=status, severity=severity, reason=reason, fired_rules=fired, unknown_rules=unknown
+    )
 
 
 def _grew(a: KernelFacts, b: KernelFacts, columns: tuple[str, ...]) -> bool:

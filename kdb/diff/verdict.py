@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kdb.analysis.registry import roles_of
+from kdb.analysis.registry import launch_grant, roles_of
 
 
 class Facts(Protocol):
@@ -72,13 +72,46 @@ class _Change:
     a: float
     b: float
     unit: str = ""
+    lower_is_worse: bool = False  # occupancy: fewer waves is worse; every other figure: more is worse
+    note: str = ""  # after the values: ` (vgpr)`, the limiter of an occupancy
 
     @property
     def delta(self) -> float:
         return self.b - self.a
 
+    @property
+    def worse(self) -> bool:
+        return self.delta < 0 if self.lower_is_worse else self.delta > 0
+
     def text(self) -> str:
-        return f"{self.label} {_fmt(self.a)}→{_fmt(self.b, self.unit)}"
+        return f"{self.label} {_fmt(self.a)}→{_fmt(self.b, self.unit)}{self.note}"
+
+
+WORSE, BETTER = "worse", "better"  # the words that open each group of a reason's clauses
+OTHERS_SAID = 3  # better changes that did not decide the verdict, said at most (worse ones are all said)
+
+
+def reason_text(decisive: list[_Change], others: list[_Change], note: str | None = None) -> str:
+    """`[note; ]worse: c1, c2; better: c3`: every clause in the group of its direction, worse first, the changes
+    that decided the verdict first in their group, none twice; better changes that did not decide it, at most
+    OTHERS_SAID. Every clause is `figure A→B` (kdb/diff/verdict.py _Change.text)."""
+    seen: set[str] = set()
+    groups: dict[bool, list[str]] = {True: [], False: []}
+    spare = OTHERS_SAID
+    for i, change in enumerate(decisive + others):
+        text = change.text()
+        if text in seen:
+            continue
+        if i >= len(decisive) and not change.worse:
+            if spare == 0:
+                continue
+            spare -= 1
+        seen.add(text)
+        groups[change.worse].append(text)
+    parts = [note] if note else []
+    parts += [f"{WORSE}: {', '.join(groups[True])}"] if groups[True] else []
+    parts += [f"{BETTER}: {', '.join(groups[False])}"] if groups[False] else []
+    return "; ".join(parts)
 
 
 def _changes(a: Facts, b: Facts, columns: list[tuple[str, str, str]]) -> list[_Change]:
@@ -123,9 +156,6 @@ class LoopScratch:
     weighted_delta: float  # loop-weighted growth (B - A)
     inside_a: int
     inside_b: int
-
-    def texts(self, changes: list[_Change]) -> list[str]:
-        return [c.text() for c in changes]
 
 
 def loop_scratch(a: Facts, b: Facts) -> LoopScratch | None:
@@ -174,7 +204,8 @@ def occupancy_change(a: Facts, b: Facts) -> tuple[_Change, str | None] | None:
         if va is not None and vb is not None:
             if va == vb:
                 return None
-            return _Change("occupancy", va, vb), b.get(limiter)
+            why = b.get(limiter)
+            return _Change("occupancy", va, vb, lower_is_worse=True, note=f" ({why})" if why else ""), why
     return None
 
 
@@ -185,31 +216,67 @@ def launchable(row: Facts) -> bool | None:
     return None if occupancy is None else occupancy > 0
 
 
-def why_unlaunchable(row: Facts) -> str:
-    """`asks 98304 B of LDS`, `asks 232448 B of shared memory`, else the limiter that reached 0."""
+def _arch(row: Facts) -> str | None:
+    arch = row.get("arch")
+    return str(arch) if arch else None
+
+
+def launch_limit(row: Facts) -> tuple[str, str]:
+    """What a kernel that cannot launch asks (`asks 98304 B of LDS`) and what the GPU grants (`gfx942 grants 65536
+    B`: the backend declares it, kdb/analysis/registry.py launch_grant); else the limiter that reached 0 and ""."""
     limiter = row.get("occupancy_limiter")
     shared = _num(row, "shared")
+    backend = row.get("backend")
     if limiter in ("lds", "shared") and shared is not None:
-        return f"asks {_fmt(shared)} B of {roles_of(row.get('backend')).label('shared')}"
-    return f"limited by {limiter}" if limiter else "occupancy 0"
+        asks = shared + (_num(row, "lds_static") or 0.0)
+        arch = _arch(row)
+        grant = launch_grant(backend, arch, limiter)
+        grants = f"{arch} grants {grant} B" if grant is not None else "more than the GPU grants"
+        return f"asks {_fmt(asks)} B of {roles_of(backend).label('shared')}", grants
+    return (f"limited by {limiter}" if limiter else "occupancy 0"), ""
+
+
+def why_unlaunchable(row: Facts) -> str:
+    """`asks 98304 B of LDS, gfx942 grants 65536 B`: the resource whose request exceeds what one workgroup (block)
+    may have, what the kernel asks and what the GPU grants; else the limiter that reached 0."""
+    asks, grants = launch_limit(row)
+    return f"{asks}, {grants}" if grants else asks
+
+
+def _both_unlaunchable(a: Facts, b: Facts) -> str:
+    """`A asks 98304 B of LDS, B asks 81920 B of LDS; gfx942 grants 65536 B` (the grant said once where equal)."""
+    (asks_a, grants_a), (asks_b, grants_b) = launch_limit(a), launch_limit(b)
+    if grants_a == grants_b:
+        return f"A {asks_a}, B {asks_b}" + (f"; {grants_a}" if grants_a else "")
+    return f"A {why_unlaunchable(a)}; B {why_unlaunchable(b)}"
 
 
 def classify(a: Facts, b: Facts) -> Verdict:
     """Verdict, severity and reason for a paired kernel whose facts changed (rows of the `kernels` view)."""
     la, lb = launchable(a), launchable(b)
+    occ = occupancy_change(a, b)
+    occ_changes = [occ[0]] if occ else []
     if la is True and lb is False:
-        return Verdict("regressed", LAUNCH_TIER + 1, f"cannot launch any more: {why_unlaunchable(b)}")
+        note = f"cannot launch any more ({why_unlaunchable(b)})"
+        return Verdict("regressed", LAUNCH_TIER + 1, reason_text(occ_changes, _all_changes(a, b), note))
     if la is False and lb is True:
-        occupancy = _fmt(_num(b, "occupancy"))
-        return Verdict("improved", -LAUNCH_TIER, f"can launch now (occupancy 0→{occupancy}; A {why_unlaunchable(a)})")
+        note = f"can launch now (A {why_unlaunchable(a).replace('asks', 'asked', 1)})"
+        return Verdict("improved", -LAUNCH_TIER, reason_text(occ_changes, _all_changes(a, b), note))
     verdict = _classify(a, b)
     if la is False and lb is False:
-        return Verdict(
-            verdict.verdict,
-            verdict.severity * UNLAUNCHABLE_SCALE,
-            f"cannot launch on either side (A {why_unlaunchable(a)}, B {why_unlaunchable(b)}); {verdict.reason}",
-        )
+        note = f"cannot launch on either side ({_both_unlaunchable(a, b)})"
+        return Verdict(verdict.verdict, verdict.severity * UNLAUNCHABLE_SCALE, f"{note}; {verdict.reason}")
     return verdict
+
+
+def _all_changes(a: Facts, b: Facts) -> list[_Change]:
+    """Every compared change the verdicts read: scratch per loop depth, spills, occupancy, resources."""
+    backend = b.get("backend") or a.get("backend")
+    loops = loop_scratch(a, b)
+    occ = occupancy_change(a, b)
+    out = (loops.grew + loops.shrank) if loops else []
+    out += _changes(a, b, spill_columns(backend)) + ([occ[0]] if occ else [])
+    return out + _changes(a, b, resource_columns(backend))
 
 
 def _classify(a: Facts, b: Facts) -> Verdict:
@@ -218,72 +285,69 @@ def _classify(a: Facts, b: Facts) -> Verdict:
     spills_up = [c for c in spills if c.delta > 0]
     spills_down = [c for c in spills if c.delta < 0]
     occ = occupancy_change(a, b)
-    occ_text = None
-    if occ is not None:
-        change, limiter = occ
-        occ_text = change.text() + (f" ({limiter})" if limiter else "")
     resources = _changes(a, b, resource_columns(backend))
     res_up = [c for c in resources if c.delta > 0]
     res_down = [c for c in resources if c.delta < 0]
+    every = _all_changes(a, b)
 
-    def reason(first: list[str], also: list[str]) -> str:
-        extra = [t for t in also if t not in first][:3]
-        return ", ".join(first) + (f" (also {', '.join(extra)})" if extra else "")
+    def reason(decisive: list[_Change], note: str | None = None) -> str:
+        return reason_text(decisive, every, note)
 
     loops = loop_scratch(a, b)
-    loop_texts = loops.texts(loops.grew + loops.shrank) if loops else []
-    all_texts = (
-        loop_texts + [c.text() for c in spills] + ([occ_text] if occ_text else []) + [c.text() for c in resources]
-    )
     if loops is not None and loops.grew:
         severity = LOOP_SPILL_TIER + min(max(loops.weighted_delta, 0.0) + 1.0, 399_999)
-        return Verdict("regressed", severity, reason(loops.texts(loops.grew), all_texts))
+        return Verdict("regressed", severity, reason(loops.grew))
     if spills_up and loops is not None and loops.shrank and loops.inside_b < loops.inside_a:
-        # the spills that remain run outside the loops: fewer executed scratch accesses, whatever the total
-        moved = "spills moved out of loops: " + ", ".join(loops.texts(loops.shrank))
+        # the spills that remain run outside the loops: fewer executed scratch accesses, but more spills in all:
+        # mixed (a kernel whose spills grew is never `improved`), ranked below every spill growth inside a loop
+        moved = "spills moved out of loops"
         if occ is not None and occ[0].delta < 0:
             lost = occ[0].a - occ[0].b
-            return Verdict(
-                "mixed",
-                OCCUPANCY_TIER + 100_000 * lost / max(occ[0].a, 1) + lost,
-                reason([moved, occ_text or ""], all_texts),
-            )
-        gained = max(-loops.weighted_delta, 1.0)
-        return Verdict("improved", -(SPILL_TIER + min(gained, 599_999)), reason([moved], all_texts))
+            severity = OCCUPANCY_TIER + 100_000 * lost / max(occ[0].a, 1) + lost
+            return Verdict("mixed", severity, reason([occ[0], *spills_up, *loops.shrank], moved))
+        magnitude = sum(min(c.delta, 1e5) / (4.0 if c.unit == " B" else 1.0) for c in spills_up)
+        return Verdict("mixed", RESOURCE_TIER + min(magnitude, 999_999), reason([*spills_up, *loops.shrank], moved))
     if spills_up:
         started = any(c.a == 0 for c in spills_up)
         magnitude = sum(min(c.delta, 1e5) / (4.0 if c.unit == " B" else 1.0) for c in spills_up)
         severity = SPILL_TIER + (300_000 if started else 0) + min(magnitude, 299_999)
-        return Verdict("regressed", severity, reason([c.text() for c in spills_up], all_texts))
+        return Verdict("regressed", severity, reason(spills_up))
     occ_down = occ is not None and occ[0].delta < 0
     occ_up = occ is not None and occ[0].delta > 0
     if occ_down:
-        assert occ is not None and occ_text is not None
+        assert occ is not None
         lost = occ[0].a - occ[0].b
         severity = OCCUPANCY_TIER + 100_000 * lost / max(occ[0].a, 1) + lost
         if spills_down:
-            return Verdict("mixed", severity, reason([occ_text] + [c.text() for c in spills_down], all_texts))
-        return Verdict("regressed", severity, reason([occ_text], all_texts))
-    if spills_down:
-        gained = sum(-c.delta for c in spills_down)
-        return Verdict(
-            "improved", -(SPILL_TIER + min(gained, 999_999)), reason([c.text() for c in spills_down], all_texts)
-        )
-    if occ_up:
-        assert occ is not None and occ_text is not None
-        gained = occ[0].b - occ[0].a
-        return Verdict(
-            "improved", -(OCCUPANCY_TIER + 100_000 * gained / max(occ[0].b, 1)), reason([occ_text], all_texts)
-        )
+            return Verdict("mixed", severity, reason([occ[0], *spills_down]))
+        return Verdict("regressed", severity, reason([occ[0]]))
     worse = sum(c.delta / (1024.0 if c.unit == " B" else 1.0) for c in res_up)
     better = sum(-c.delta / (1024.0 if c.unit == " B" else 1.0) for c in res_down)
+    # what the rules read as spilling (SGPR spills among the resources): its growth makes any improvement mixed
+    spill_grew = [c for c in res_up if c.label in {label for _, label, _ in _spill_count_columns(backend)}]
+    if spills_down or occ_up:
+        decisive = spills_down + ([occ[0]] if occ_up and occ is not None else [])
+        if spill_grew:
+            return Verdict("mixed", RESOURCE_TIER + worse, reason(spill_grew + decisive))
+        if spills_down:
+            gained = sum(-c.delta for c in spills_down)
+            return Verdict("improved", -(SPILL_TIER + min(gained, 999_999)), reason(decisive))
+        assert occ is not None
+        gained = occ[0].b - occ[0].a
+        return Verdict("improved", -(OCCUPANCY_TIER + 100_000 * gained / max(occ[0].b, 1)), reason(decisive))
     if res_up and res_down:
-        return Verdict("mixed", RESOURCE_TIER + worse, reason([c.text() for c in res_up + res_down], all_texts))
+        return Verdict("mixed", RESOURCE_TIER + worse, reason(res_up + res_down))
     if res_up:
-        return Verdict("regressed", RESOURCE_TIER + worse, reason([c.text() for c in res_up], all_texts))
+        return Verdict("regressed", RESOURCE_TIER + worse, reason(res_up))
     if res_down:
-        return Verdict("improved", -(RESOURCE_TIER + better), reason([c.text() for c in res_down], all_texts))
+        return Verdict("improved", -(RESOURCE_TIER + better), reason(res_down))
     return Verdict("neutral", 0.0, _neutral_reason(a, b))
+
+
+def _spill_count_columns(backend: str | None) -> list[tuple[str, str, str]]:
+    """(column, label, unit) of the spill counts `new-spills` reads (the backend's spill_counts)."""
+    roles = roles_of(backend)
+    return roles.sentence_columns(roles.spill_counts)
 
 
 def _neutral_reason(a: Facts, b: Facts) -> str:
@@ -298,5 +362,5 @@ def _neutral_reason(a: Facts, b: Facts) -> str:
         ],
     )
     if other:
-        return "no resource that limits the hardware changed: " + ", ".join(c.text() for c in other[:3])
+        return reason_text([], other, "no resource that limits the hardware changed")
     return "only the instruction mix or code changed"

@@ -197,6 +197,25 @@ KERNEL_HEADLINE = (
 # fmt: on
 
 
+# Figures that share a word, named apart: the code object's spilled registers vs the assembly's spill instructions.
+KERNEL_GLOSS = {
+    "vgpr_spill_count": "VGPRs spilled, per the code object",
+    "sgpr_spill_count": "SGPRs spilled, per the code object",
+    "spill_count": "spill-store instructions, per the assembly",
+    "reload_count": "spill-reload instructions, per the assembly",
+}
+
+
+def _headline(column: str, facts: dict[str, Any]) -> str:
+    """One `kdb show --kernel` line: `column  value`, what the figure counts where a word is shared, and
+    `cannot launch (asks …, … grants …)` for an occupancy of 0."""
+    value = facts.get(column)
+    if column == "occupancy" and facts.get("cannot_launch"):
+        return f"{column:24} cannot launch ({facts['cannot_launch']})"
+    gloss = KERNEL_GLOSS.get(column)
+    return f"{column:24} {_cell(value)}" + (f"  ({gloss})" if gloss else "")
+
+
 def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
     if fmt == "json":
         return to_json(details)
@@ -204,7 +223,7 @@ def render_kernels(details: list[dict[str, Any]], fmt: str) -> str:
     for d in details:
         # the kernels view's columns, else kernel_analysis's (instr_note is there only)
         facts = {**d.get("analysis", {}), **{k: v for k, v in d.items() if v is not None}}
-        lines = [f"{k:24} {_cell(facts.get(k))}" for k in KERNEL_HEADLINE if facts.get(k) is not None]
+        lines = [_headline(k, facts) for k in KERNEL_HEADLINE if facts.get(k) is not None]
         out = "\n".join(lines) + "\n"
         by_group: dict[str, int] = {}
         for m in d["mix"]:

@@ -150,6 +150,13 @@ def arch_spec(arch: str | int | None) -> ArchSpec | None:
     return PROCESSORS.get(name) if name else None
 
 
+def launch_grant(arch: str | None, limiter: str | None) -> int | None:
+    """What one workgroup may have of the resource a launch occupancy of 0 names (`lds`: LDS bytes per
+    workgroup on this processor); None for any other limiter or an unknown processor."""
+    spec = arch_spec(arch)
+    return spec.lds_per_workgroup if spec is not None and limiter == "lds" else None
+
+
 def _spec(arch: str | int | None) -> ArchSpec:
     spec = arch_spec(arch)
     if spec is None:

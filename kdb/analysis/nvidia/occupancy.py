@@ -151,6 +151,15 @@ def limits_for(arch: int | str) -> SmLimits:
     return limits[number]
 
 
+def launch_grant(arch: str | None, limiter: str | None) -> int | None:
+    """What one block may have of the resource a launch occupancy of 0 names (`shared`: the opt-in shared memory
+    per block, which Triton raises a kernel's limit to); None for any other limiter or an unknown architecture."""
+    number = arch_number(arch) if arch else None
+    if limiter != "shared" or number is None or number not in _all_limits():
+        return None
+    return _all_limits()[number].shared_per_block_optin
+
+
 def _round_up(value: int, unit: int) -> int:
     return -(-value // unit) * unit
 
