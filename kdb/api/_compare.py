@@ -4,7 +4,7 @@ views (rendered on request, in the CLI's formats), or the HTML page of a report.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kdb.api._core import diff_page, exit_code, snapshot_page
@@ -43,6 +43,7 @@ class DiffRequest:
     rank: str = "severity"
     why: bool = False  # each changed kernel's stage swap (kdb/replay/why.py), in `why_workers` toolchain processes
     why_workers: int = 1
+    expand: bool = False  # every member of an autotune group as its own row (kdb/diff/groups.py)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class DiffOutcome:
         from kdb.diff.terminal import TableOptions
 
         r = self.request
-        opts = TableOptions(width=width, color=color, only=r.only, top=r.top, show_all=r.show_all)
+        opts = TableOptions(width=width, color=color, only=r.only, top=r.top, show_all=r.show_all, expand=r.expand)
         return render_diff(self.result, r.fmt, self.views, opts)
 
 
@@ -74,6 +75,7 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     check (diff_formats()) before this is called."""
     from kdb.diff.deep import select
     from kdb.diff.engine import RANKS, diff_sides, ranked
+    from kdb.diff.groups import group_map
     from kdb.diff.model import DiffOptions
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.sides import load_side
@@ -105,6 +107,7 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
             raw_isa=r.raw_isa,
         )
         result, views = diff_sides(sides[0], sides[1], options)
+        result = replace(result, group_of={**group_map(sides[0].kernels), **group_map(sides[1].kernels)})
         if r.why:
             result, views = _explained(session, sources, result, views, r)
     if r.rank == "time" and all(k.measured_ns is None for k in result.kernels):
@@ -126,7 +129,6 @@ def _explained(
     later stages in the toolchain registered for it, the swaps' figures from kdb's own analysis. With --kernel,
     the kernels of its deep views only."""
     import tempfile
-    from dataclasses import replace
     from pathlib import Path
 
     from kdb.replay.why import WhyRequest, WhySource, explain

@@ -72,6 +72,9 @@ def diff_cmd(
     show_all: Annotated[
         bool, typer.Option("--all", help="list unmatched and ambiguous kernels as rows, not counts")
     ] = False,
+    expand: Annotated[
+        bool, typer.Option("--expand", help="list every member of an autotune group as a row (default: one row each)")
+    ] = False,
     no_pager: Annotated[bool, typer.Option("--no-pager", help="never pipe the table into a pager")] = False,
     min_match: Annotated[
         float,
@@ -128,6 +131,7 @@ def diff_cmd(
         only=only,
         top=top,
         show_all=show_all,
+        expand=expand,
         min_match=min_match,
         fmt=fmt,
         allow_unknown=allow_unknown,

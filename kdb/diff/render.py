@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdb.diff.groups import Group, group_document, groups, kernel_group
 from kdb.diff.markdown import render_markdown
 from kdb.diff.model import (
     LIMITERS,
@@ -104,7 +105,14 @@ def _loop_facts(facts: KernelFacts | None) -> dict[str, Any] | None:
     return out
 
 
+def _group_id(r: DiffResult, k: KernelDiff, grouped: list[Group]) -> str | None:
+    """The id of the autotune group of two or more kernels a kernel belongs to (None: it is alone)."""
+    gid = kernel_group(r, k)
+    return gid if any(g.id == gid for g in grouped) else None
+
+
 def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[str, Any]:
+    grouped = groups(r)
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "a": {"ref": r.a_label, "kernels": r.a_count, "targets": r.a_targets},
@@ -121,7 +129,8 @@ def document(r: DiffResult, views: list[KernelDeepView] | None = None) -> dict[s
         "unknown_reasons": r.unknown_reasons,
         "allow_unknown": r.allow_unknown,
         "assumptions": r.assumptions,
-        "kernels": [kernel_document(k, r.key_of(k)) for k in r.kernels],
+        "kernels": [{**kernel_document(k, r.key_of(k)), "group": _group_id(r, k, grouped)} for k in r.kernels],
+        "groups": [group_document(r, g) for g in grouped],
         "winners": [winner_document(w) for w in r.winners],
     }
     if views:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdb.analysis.registry import roles_of
+from kdb.diff.groups import Group, collapsed, expanded, groups_line, range_cell
 from kdb.diff.model import UNPAIRED, WHY_STAGES, DiffResult, KernelDiff, Rule, Status, WinnerDiff
 from kdb.diff.rules import evaluate_rule
 from kdb.diff.verdict import NEAR_CLIFF
@@ -79,6 +80,7 @@ class TableOptions:
     only: str | None = None  # one of ONLY
     top: int | None = None  # at most this many rows
     show_all: bool = False  # unmatched and ambiguous kernels as rows, not counts
+    expand: bool = False  # every member of an autotune group as a row (default: one row per group)
 
 
 def why_line(r: DiffResult) -> str | None:
@@ -235,6 +237,18 @@ def row(k: KernelDiff, key: str, name: str | None = None) -> list[str]:
     ]
 
 
+def group_row(k: KernelDiff, g: Group, cells: list[str]) -> list[str]:
+    """The row of an autotune group: its worst member's cells, each figure as its range over the members, and
+    `k of n configs regressed` before the worst member's reason."""
+    figures = roles_of_kernel(k).table_cells
+    out = list(cells)
+    for i, column in enumerate(figures):
+        if column is not None:
+            out[3 + i] = range_cell(g.members, column)
+    out[_REASON] = f"{g.caption}; worst: {cells[_REASON]}" if cells[_REASON] else g.caption
+    return out
+
+
 def rows_shown(r: DiffResult, opts: TableOptions) -> tuple[list[KernelDiff], int]:
     """The kernels the table lists, in report order, and how many more `--top` cut."""
     keep = [
@@ -242,6 +256,7 @@ def rows_shown(r: DiffResult, opts: TableOptions) -> tuple[list[KernelDiff], int
         for k in r.kernels
         if selected(k, opts.only) and (opts.show_all or opts.only == "unmatched" or k.status not in UNPAIRED)
     ]
+    keep = expanded(r, keep) if opts.expand else collapsed(r, keep)[0]
     if opts.top is not None and len(keep) > opts.top:
         return keep[: opts.top], len(keep) - opts.top
     return keep, 0
@@ -327,6 +342,8 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
     opts = opts or TableOptions()
     out = f"kdb diff {r.a_label} → {r.b_label}{' (across targets)' if r.across_targets else ''}\n"
     out += textwrap.fill(summary_line(r), max(opts.width, 40), subsequent_indent="  ") + "\n"
+    if grouped := groups_line(r):
+        out += textwrap.fill(grouped, max(opts.width, 40), subsequent_indent="  ") + "\n"
     if why := why_line(r):
         out += textwrap.fill(why, max(opts.width, 40), subsequent_indent="  ") + "\n"
     out += assumption_text(r, opts.color) + _cliff_text(r, opts)
@@ -338,7 +355,11 @@ def render_table(r: DiffResult, opts: TableOptions | None = None) -> str:
         width = max(opts.width, 40)
         names, drawn.name_note = display_names([k.name for k in shown])
         name_floor, reason_floor = (NAME_FLOOR, REASON_FLOOR) if width >= 80 else (12, 16)
-        cells = drawn.cells = [row(k, r.key_of(k), name) for k, name in zip(shown, names, strict=True)]
+        standing = {} if opts.expand else collapsed(r, shown)[1]
+        cells = drawn.cells = [
+            group_row(k, standing[id(k)], row(k, r.key_of(k), name)) if id(k) in standing else row(k, r.key_of(k), name)
+            for k, name in zip(shown, names, strict=True)
+        ]
         # columns with nothing to say on any row (AGPRs 0 everywhere, an NVIDIA diff's SGPRs) are not drawn
         blank = {i for i in range(3, _REASON) if all(c[i] in ("", "0") for c in cells)}
         columns = [i for i in range(len(HEADERS)) if i not in blank]

@@ -20,6 +20,8 @@ class DiffQueries(CatalogRole):
             SELECT k.*, kf.triton_version_source, kf.metadata_digest,
                    CASE WHEN k.identity IS NULL OR kf.metadata_digest IS NULL THEN kf.metadata END AS triton_metadata,
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
+                   json_extract(a.identity_parts, '$.args') AS identity_args,
+                   json_extract(a.identity_parts, '$.num_ctas') AS identity_num_ctas,
                    a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
                    a.instr_mix_digest, a.instr_groups, a.instr_note, p.problems,
                    t.launches AS measured_launches, t.total_ns AS measured_ns, t.share AS measured_share

@@ -1,0 +1,180 @@
+"""Autotune groups: kernels that share their identity except the tuning parameters (issue 40).
+
+A kernel's identity (kdb/triton/identity.py) hashes its name, its arguments (type, specialisation, the source
+lines that use each), the tensor shapes and integer constants of its TTIR, num_warps and num_ctas, with the
+target. Block sizes (constexprs such as BLOCK_M or XBLOCK) only reach the TTIR as tensor shapes and integer
+constants, and num_warps/num_stages/waves_per_eu/... are options: the *group* identity keeps the name, the
+arguments, num_ctas and the target, and leaves those out. Candidates of one autotuned op get one group.
+
+Known limit: a template whose problem sizes are folded into its TTIR (Inductor's `triton_mm` with different
+M/N/K of one dtype and layout) cannot be told apart from the artifacts once the block sizes are left out, so
+such ops share a group. Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kdb.diff.model import DiffResult, KernelDiff, Status
+
+GROUP_ID_LENGTH = 12
+
+
+def group_identity(row: Mapping[str, Any]) -> str | None:
+    """The group identity of a kernel row (its `identity_args`, `identity_num_ctas`, name and target), or None
+    where the catalog has no identity for it."""
+    args = row.get("identity_args")
+    if args is None:
+        return None
+    if isinstance(args, str):
+        args = json.loads(args)
+    plain = [{k: v for k, v in a.items() if k != "hints"} for a in args if isinstance(a, dict)]
+    doc = {
+        "name": row.get("name"),
+        "args": plain,
+        "num_ctas": row.get("identity_num_ctas"),
+        "target": f"{row.get('backend')}:{row.get('arch')}:{row.get('warp_size')}",
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:GROUP_ID_LENGTH]
+
+
+def group_map(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """cache_key -> group identity of a side's kernel rows (those with an identity)."""
+    out = {}
+    for row in rows:
+        gid = group_identity(row)
+        if gid is not None:
+            out[row["cache_key"]] = gid
+    return out
+
+
+def kernel_group(r: DiffResult, k: KernelDiff) -> str | None:
+    """The group identity of a kernel of a diff: side A's, else side B's."""
+    for key in (k.a_cache_key, k.b_cache_key):
+        if key is not None and key in r.group_of:
+            return r.group_of[key]
+    return None
+
+
+@dataclass(frozen=True)
+class Group:
+    """An autotune group of two or more kernels of a diff, its members in report order (worst first)."""
+
+    id: str
+    name: str
+    members: tuple[KernelDiff, ...]
+
+    @property
+    def worst(self) -> KernelDiff:
+        return self.members[0]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Members per status label (every label with at least one), and `worse` (regressed + mixed)."""
+        counts: dict[str, int] = {}
+        for k in self.members:
+            counts[k.status.label] = counts.get(k.status.label, 0) + 1
+        counts["worse"] = sum(1 for k in self.members if k.status.worse)
+        return counts
+
+    @property
+    def caption(self) -> str:
+        """`3 of 8 configs regressed` (regressed or mixed), else `8 configs`."""
+        n, worse = len(self.members), self.counts["worse"]
+        return f"{worse} of {n} configs regressed" if worse else f"{n} configs"
+
+
+def groups(r: DiffResult) -> list[Group]:
+    """The groups of two or more kernels, in the order of their worst (first listed) member."""
+    members: dict[str, list[KernelDiff]] = {}
+    for k in r.kernels:
+        gid = kernel_group(r, k)
+        if gid is not None:
+            members.setdefault(gid, []).append(k)
+    return [Group(gid, ks[0].name, tuple(ks)) for gid, ks in members.items() if len(ks) > 1]
+
+
+def group_document(r: DiffResult, g: Group) -> dict[str, Any]:
+    """A group in the JSON report: id, name, member keys, counts and the worst member's key."""
+    return {
+        "id": g.id,
+        "name": g.name,
+        "members": [r.key_of(k) for k in g.members],
+        "counts": g.counts,
+        "worst": r.key_of(g.worst),
+    }
+
+
+def figure_range(members: Iterable[KernelDiff], column: str, side: str) -> str:
+    """`64` or `64–128`: the range of one figure over a group's members on one side (empty when unknown)."""
+    values = [
+        v for k in members if (f := getattr(k, side)) is not None and isinstance(v := f.get(column), (int, float))
+    ]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    return str(lo) if lo == hi else f"{lo}–{hi}"
+
+
+def range_cell(members: Iterable[KernelDiff], column: str) -> str:
+    """A figure's range over a group's paired members: `a`, or `a→b` when the sides' ranges differ."""
+    paired = [k for k in members if k.status.paired or k.status is Status.SAME]
+    a, b = figure_range(paired, column, "a"), figure_range(paired, column, "b")
+    return a if a == b else f"{a or '-'}→{b or '-'}"
+
+
+def collapsed(r: DiffResult, shown: list[KernelDiff]) -> tuple[list[KernelDiff], dict[int, Group]]:
+    """The table's kernels with each group's shown members replaced by its first (worst) one, and the group of
+    each row that stands for one (by id() of the kernel); kernels of no group are kept as they are."""
+    by_gid = {g.id: g for g in groups(r)}
+    out: list[KernelDiff] = []
+    standing: dict[int, Group] = {}
+    seen: set[str] = set()
+    for k in shown:
+        gid = kernel_group(r, k)
+        g = by_gid.get(gid) if gid is not None else None
+        if g is None:
+            out.append(k)
+            continue
+        if g.id in seen:
+            continue
+        seen.add(g.id)
+        out.append(k)
+        standing[id(k)] = g
+    return out, standing
+
+
+def expanded(r: DiffResult, shown: list[KernelDiff]) -> list[KernelDiff]:
+    """The table's kernels with each group's shown members listed together, at the rank of its first one."""
+    by_gid = {g.id: g for g in groups(r)}
+    keep = {id(k) for k in shown}
+    out: list[KernelDiff] = []
+    seen: set[str] = set()
+    for k in shown:
+        gid = kernel_group(r, k)
+        if gid is None or gid not in by_gid:
+            out.append(k)
+            continue
+        if gid in seen:
+            continue
+        seen.add(gid)
+        out += [m for m in by_gid[gid].members if id(m) in keep]
+    return out
+
+
+def groups_line(r: DiffResult) -> str | None:
+    """`groups: 951 kernels in 120 rows: 40 autotune groups of 871 kernels, …` (None without a group)."""
+    gs = groups(r)
+    if not gs:
+        return None
+    grouped = sum(len(g.members) for g in gs)
+    rows = len(r.kernels) - grouped + len(gs)
+    return (
+        f"groups: {len(r.kernels)} kernels = {len(gs)} autotune group{'s' * (len(gs) != 1)} of {grouped} kernels "
+        f"(one row each; --expand lists their members) + {rows - len(gs)} single kernels"
+    )
