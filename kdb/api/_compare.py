@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kdb.api._core import diff_page, exit_code, snapshot_page
@@ -14,6 +15,7 @@ from kdb.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from kdb.diff.model import DiffResult, KernelDeepView
+    from kdb.diff.sides import Side
 
 
 def diff_formats() -> tuple[str, ...]:
@@ -69,6 +71,11 @@ class DiffOutcome:
         return render_diff(self.result, r.fmt, self.views, opts)
 
 
+def _ttir(side: Side, cache_key: str) -> str | None:
+    """A kernel's TTIR, normalised (the autotune groups read its constants)."""
+    return side.stage_text(cache_key, "ttir")[0]
+
+
 def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     """Match the kernels of the two sides (each a tag or a cache directory) and compare them; a rank by time no
     profile measured, or a --kernel naming more kernels than --limit, is a notice. The format is the caller's to
@@ -107,7 +114,8 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
             raw_isa=r.raw_isa,
         )
         result, views = diff_sides(sides[0], sides[1], options)
-        result = replace(result, group_of={**group_map(sides[0].kernels), **group_map(sides[1].kernels)})
+        group_of = {key: g for s in sides for key, g in group_map(s.kernels, partial(_ttir, s)).items()}
+        result = replace(result, group_of=group_of)
         if r.why:
             result, views = _explained(session, sources, result, views, r)
     if r.rank == "time" and all(k.measured_ns is None for k in result.kernels):

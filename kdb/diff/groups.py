@@ -6,16 +6,18 @@ target. Block sizes (constexprs such as BLOCK_M or XBLOCK) only reach the TTIR a
 constants, and num_warps/num_stages/waves_per_eu/... are options: the *group* identity keeps the name, the
 arguments, num_ctas and the target, and leaves those out. Candidates of one autotuned op get one group.
 
-Known limit: a template whose problem sizes are folded into its TTIR (Inductor's `triton_mm` with different
-M/N/K of one dtype and layout) cannot be told apart from the artifacts once the block sizes are left out, so
-such ops share a group. Pure functions, no I/O.
+Templates fold their problem sizes into the body (Inductor's `triton_mm`: one name and signature for every
+M/N/K), so the kernels of one such identity are split further by the splat constants of their TTIR and the
+axes they lie along (problem_constants). Known limit: two problems whose sizes and strides are the same values
+on the same axes (a product and its transpose, M and N swapped) stay one group. Pure functions, no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +45,63 @@ def group_identity(row: Mapping[str, Any]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:GROUP_ID_LENGTH]
 
 
-def group_map(rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """cache_key -> group identity of a side's kernel rows (those with an identity)."""
-    out = {}
+_DENSE_INT = re.compile(r"arith\.constant\s+dense<(-?\d+)>\s*:\s*tensor<((?:\d+x)+)(i\d+)>")
+
+
+def problem_constants(ttir: str | None) -> frozenset[str] | None:
+    """The integer splat constants of a TTIR with the axes they lie along (`512:i32:nx1`): where the problem's
+    sizes and strides (folded into a template's body) show, block sizes only as which axes are not 1. A block
+    size can fold a bound check away (XBLOCK=1 needs no mask), so a config may show a subset of its op's."""
+    if ttir is None:
+        return None
+    return frozenset(
+        f"{v}:{t}:" + "x".join("1" if d == "1" else "n" for d in dims[:-1].split("x"))
+        for v, dims, t in _DENSE_INT.findall(ttir)
+    )
+
+
+def _components(sigs: list[frozenset[str] | None]) -> list[int]:
+    """Each member's component: two members join where one's constants are a subset of the other's (unknown
+    constants join every member)."""
+    parent = list(range(len(sigs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, si in enumerate(sigs):
+        for j in range(i):
+            sj = sigs[j]
+            if si is None or sj is None or si <= sj or sj <= si:
+                parent[find(i)] = find(j)
+    return [find(i) for i in range(len(sigs))]
+
+
+def group_map(rows: Iterable[Mapping[str, Any]], ttir_of: Callable[[str], str | None]) -> dict[str, str]:
+    """cache_key -> group identity of a side's kernel rows (those with an identity). Kernels of one identity
+    less tuning are split further by their problem constants (problem_constants; `ttir_of` reads a kernel's
+    TTIR by its cache key, only for identities that two or more kernels share), so that templates of one
+    name and signature but different problem sizes are not one group. The id of such a part hashes the union
+    of its members' constants, the same on both sides of a diff where the releases fold alike."""
+    coarse: dict[str, list[str]] = {}
     for row in rows:
         gid = group_identity(row)
         if gid is not None:
-            out[row["cache_key"]] = gid
+            coarse.setdefault(gid, []).append(row["cache_key"])
+    out = {}
+    for gid, keys in coarse.items():
+        if len(keys) == 1:
+            out[keys[0]] = gid
+            continue
+        sigs = [problem_constants(ttir_of(key)) for key in keys]
+        parts = _components(sigs)
+        union: dict[int, set[str]] = {}
+        for part, sig in zip(parts, sigs, strict=True):
+            union.setdefault(part, set()).update(sig or ())
+        for key, part in zip(keys, parts, strict=True):
+            digest = hashlib.sha256(json.dumps([gid, sorted(union[part])]).encode()).hexdigest()
+            out[key] = digest[:GROUP_ID_LENGTH]
     return out
 
 
