@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -33,14 +34,20 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 
 def _target(spec):
-    from triton.backends.compiler import GPUTarget
-
     backend, arch, warp_size = spec
-    return GPUTarget(backend, int(arch) if backend == "cuda" else arch, int(warp_size))
+    arch = int(arch) if backend == "cuda" else arch
+    try:
+        from triton.backends.compiler import GPUTarget
+    except ImportError:  # 2.3: no backends package; a target is (backend, capability), CUDA only
+        return (backend, arch)
+    return GPUTarget(backend, arch, int(warp_size))
 
 
 def _known_options(target):
-    from triton.compiler.compiler import make_backend
+    try:
+        from triton.compiler.compiler import make_backend
+    except ImportError:  # 2.3: triton.compile builds the CUDA backend itself
+        from triton.compiler.backends.cuda import CUDABackend as make_backend
 
     backend = make_backend(target)
     return backend, {f.name for f in dataclasses.fields(backend.parse_options({}))}
@@ -55,38 +62,139 @@ def _compile(job):
     import triton
 
     target = _target(job["target"])
-    _, known = _known_options(target)
+    backend, known = _known_options(target)
     options, dropped = _kept(job.get("options") or {}, known)
+    allowed = getattr(backend.parse_options(dict(options)), "allowed_dot_input_precisions", None)
+    ttir, dots = _with_dot_precision(job["ttir"], job.get("source_dot_precisions"), allowed)
     try:
-        triton.compile(job["ttir"], target=target, options=options)
+        triton.compile(ttir, target=target, options=options)
     except Exception:
         # a compile that wrote its JSON has finished; what failed after it (a launcher, a driver) is not the compile
         if not _has_json(job["cache_dir"]):
             raise
-    _drop_at_sign(job["cache_dir"])
-    return {"dropped": dropped}
+    # 2.3 builds its launcher in a cache folder of its own (empty where the build failed): the kernel's folder only
+    for folder in os.listdir(job["cache_dir"]):
+        if not _has_json(os.path.join(job["cache_dir"], folder)):
+            shutil.rmtree(os.path.join(job["cache_dir"], folder))
+    _drop_at_sign(job["cache_dir"], triton.__version__.startswith("2."))
+    _keep_ttir(job["cache_dir"], ttir)
+    return {"dropped": dropped, "dot_precision": dots}
 
 
-def _drop_at_sign(cache_dir):
-    """Triton names the files of a compile from an IR file after `"@" + the function` (IRSource.name, 3.x): name
-    them as the JIT does, the kernel's name alone, so that the folder reads like any cache's."""
+_DOT = re.compile(r"(\btt\.dot %[\w#$.-]+, %[\w#$.-]+, %[\w#$.-]+)((?:, \w+ = \w+)*) :")
+_PRECISION = re.compile(r", inputPrecision = (\w+)")
+
+
+def _unset_precision(allowed):
+    """What the frontend gives a `tl.dot` whose input_precision the kernel leaves unset (3.0-3.9, with no
+    TRITON_F32_DEFAULT): tf32 where the target allows it, else ieee."""
+    return "tf32" if "tf32" in allowed else "ieee"
+
+
+def _with_dot_precision(path, source_allowed, allowed):
+    """The TTIR as this release's frontend would have written it: a dot at the precision the kernel's own release
+    gives an unset one takes this release's (gfx942 allows tf32 from 3.3: a 3.2 dot's unset ieee becomes tf32).
+    The TTIR writes ieee, the op's default, by omitting it. Returns (path, dots changed)."""
+    if not source_allowed or not allowed:
+        return path, 0
+    old, new = _unset_precision(source_allowed), _unset_precision(allowed)
+    if old == new:
+        return path, 0
+    changed = 0
+
+    def repoint(m):
+        nonlocal changed
+        attrs = m.group(2)
+        found = _PRECISION.search(attrs)
+        if (found.group(1) if found else "ieee") != old:
+            return m.group(0)
+        changed += 1
+        attrs = _PRECISION.sub("", attrs)
+        return m.group(1) + ("" if new == "ieee" else f", inputPrecision = {new}") + attrs + " :"
+
+    with open(path) as f:
+        text = _DOT.sub(repoint, f.read())
+    if not changed:
+        return path, 0
+    path = path[: -len(".ttir")] + ".precision.ttir"
+    with open(path, "w") as f:
+        f.write(text)
+    return path, changed
+
+
+def _keep_ttir(cache_dir, ttir):
+    """Before 3.4 a compile from an IR file writes only the stages after it: the folder gets the TTIR it was compiled
+    from (the stored one, which the JIT's folder holds too), in its group file as well; kdb identifies a kernel by
+    its TTIR."""
+    for root, _dirs, files in os.walk(cache_dir):
+        for stem in [f[: -len(".json")] for f in files if f.endswith(".json") and not f.startswith("__grp__")]:
+            path = os.path.join(root, f"{stem}.ttir")
+            if os.path.exists(path):
+                continue
+            shutil.copyfile(ttir, path)
+            group_path = os.path.join(root, f"__grp__{stem}.json")
+            if not os.path.exists(group_path):
+                continue
+            with open(group_path) as f:
+                group = json.load(f)
+            children = group.get("child_paths")
+            if isinstance(children, list):
+                children.append(f"{stem}.ttir")
+            elif isinstance(children, dict):
+                children[f"{stem}.ttir"] = path
+            with open(group_path, "w") as f:
+                json.dump(group, f)
+
+
+def _drop_at_sign(cache_dir, mangled=False):
+    """Triton names the files of a compile from an IR file after `"@" + the function` (IRSource.name): name them as
+    the JIT does, the kernel's name alone, so that the folder reads like any cache's. 2.x's TTIR names the function
+    with its specialization suffix (`matmul_kernel_0d1d2d3de`), its JIT the files without (`mangled`)."""
     for root, _dirs, files in os.walk(cache_dir):
         for name in files:
-            if "@" not in name:
+            new = _jit_file_name(name, mangled)
+            if new == name:
                 continue
-            new = name.replace("@", "", 1)
             if name.startswith("__grp__"):
                 with open(os.path.join(root, name)) as f:
                     group = json.load(f)
-                group["child_paths"] = {
-                    k.replace("@", "", 1): os.path.join(root, os.path.basename(v).replace("@", "", 1))
-                    for k, v in group.get("child_paths", {}).items()
-                }
+                children = group.get("child_paths", {})
+                if isinstance(children, list):  # 2.x: the children's file names
+                    group["child_paths"] = [_jit_file_name(v, mangled) for v in children]
+                else:
+                    group["child_paths"] = {
+                        _jit_file_name(k, mangled): os.path.join(root, _jit_file_name(os.path.basename(v), mangled))
+                        for k, v in children.items()
+                    }
                 with open(os.path.join(root, new), "w") as f:
                     json.dump(group, f)
                 os.remove(os.path.join(root, name))
             else:
                 os.rename(os.path.join(root, name), os.path.join(root, new))
+
+
+def _jit_file_name(name, mangled):
+    """`@fn.ext` -> `fn.ext`; with `mangled`, `fn_0d1d2c.ext` -> `fn.ext`."""
+    name = name.replace("@", "", 1)
+    if not mangled:
+        return name
+    prefix = "__grp__" if name.startswith("__grp__") else ""
+    stem, dot, ext = name[len(prefix) :].rpartition(".")
+    head, _, tail = stem.rpartition("_")
+    return prefix + (head if head and _is_kernel_suffix(tail) else stem) + dot + ext
+
+
+def _is_kernel_suffix(tail):
+    """2.x's kernel_suffix: each argument's index from 0, then `c` (equal to 1), `d` (divisible by 16), `e` (by 8)."""
+    index, pos = 0, 0
+    while pos < len(tail):
+        if not tail.startswith(str(index), pos):
+            return False
+        pos += len(str(index))
+        for flag in "cde":
+            pos += tail.startswith(flag, pos)
+        index += 1
+    return True
 
 
 def _has_json(cache_dir):
@@ -229,6 +337,30 @@ def _run(job, timeout_s):
     return result
 
 
+def _warm_triton_key():
+    """Triton's own key hashes its sources and the 415 MB libtriton.so (0.6-1.3 s); computed once here, every forked
+    child inherits it instead of computing it again (a replay of 120 kernels: 2.6x -> 1.5x a plain pool's time)."""
+    for module in ("triton.runtime.cache", "triton.compiler.compiler"):  # 3.5+; earlier releases
+        try:
+            __import__(module, fromlist=["triton_key"]).triton_key()
+            return
+        except Exception:
+            continue
+
+
+def _die_with_parent():
+    """A killed kdb takes its toolchain processes with it (Linux: the parent-death signal); a kernel's forked child
+    finishes or times out on its own."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the signal was asked for
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
 def main():
     request = json.load(sys.stdin)
     timeout_s = float(request.get("timeout_s") or 600)
@@ -236,6 +368,8 @@ def main():
     import triton
 
     print(json.dumps({"triton": triton.__version__}), flush=True)
+    _die_with_parent()
+    _warm_triton_key()
     for job in request["jobs"]:
         result = _run(job, timeout_s)
         print(json.dumps({"id": job["id"], **result}), flush=True)

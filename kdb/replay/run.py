@@ -206,6 +206,9 @@ def _job_of(home: Home, row: dict[str, Any], spec: _Spec, folder: Path) -> _Job:
         "stored_as": f"{row['cache_key']}/{ttir}",
         "target": target.as_job(),
         "options": plan.options,
+        # the dot precisions the kernel's release allowed: a dot at that release's unset default takes the replaying
+        # release's (in_toolchain.py)
+        "source_dot_precisions": meta.get("allowed_dot_input_precisions"),
         "cache_dir": str(folder / "cache"),
         "log": str(folder / "log"),
     }
