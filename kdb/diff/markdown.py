@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kdb.diff.groups import Group, collapsed, groups_line
 from kdb.diff.model import UNPAIRED, DiffResult, KernelDeepView, KernelDiff, Status, Winner
 from kdb.diff.terminal import (
     HEADERS,
     TableOptions,
     cliff_line,
+    group_row,
     row,
     rows_shown,
     rules_line,
@@ -46,8 +48,10 @@ def _columns(r: DiffResult) -> list[int]:
     return [i for i in range(len(HEADERS)) if (timed or i != _TIME) and (why or i != _WHY)]
 
 
-def _md_row(r: DiffResult, k: KernelDiff, columns: list[int]) -> str:
+def _md_row(r: DiffResult, k: KernelDiff, columns: list[int], group: Group | None = None) -> str:
     cells = row(k, r.key_of(k))
+    if group is not None:  # an autotune group's row (kdb/diff/groups.py)
+        cells = group_row(k, group, cells)
     cells[2] = elide_middle(cells[2], NAME_WIDTH, 0.35)
     cells[-1] = elide_end(cells[-1], REASON_WIDTH)
     return "| " + " | ".join(_esc(cells[i]) for i in columns) + " |\n"
@@ -157,8 +161,8 @@ def render_markdown(
     top = DEFAULT_TOP if top is None else top
     b = _Budget(limit)
     b.add(f"### kdb diff `{_esc(r.a_label)}` → `{_esc(r.b_label)}`\n\n{summary_line(r)}\n\n")
-    if why := why_line(r):
-        b.add(f"{_esc(why)}\n\n")
+    for line in (groups_line(r), why_line(r)):  # autotune groups (kdb/diff/groups.py), --why's stages
+        b.add(f"{_esc(line)}\n\n" if line else "")
     if r.trust_problem:
         b.add(f"**untrusted:** {_esc(r.trust_problem)}\n\n")
     for line in r.assumptions:
@@ -168,6 +172,7 @@ def render_markdown(
     _notes(r, b)
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
+    standing = collapsed(r, changed)[1]
     columns = _columns(r)
     head_line = _head(columns)
     if not changed:
@@ -177,7 +182,7 @@ def render_markdown(
         b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + head_line)
         shown = 0
         for k in changed[:top]:
-            line = _md_row(r, k, columns)
+            line = _md_row(r, k, columns, standing.get(id(k)))
             if not b.fits(line, 3 * _TRAILER):
                 break
             b.add(line)
@@ -187,7 +192,7 @@ def render_markdown(
             b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + head_line)
             folded = 0
             for k in rest:
-                line = _md_row(r, k, columns)
+                line = _md_row(r, k, columns, standing.get(id(k)))
                 if not b.fits(line, 2 * _TRAILER):
                     break
                 b.add(line)
