@@ -76,13 +76,20 @@ def _ttir(side: Side, cache_key: str) -> str | None:
     return side.stage_text(cache_key, "ttir")[0]
 
 
+def grouped(result: DiffResult, sa: Side, sb: Side) -> DiffResult:
+    """The result with its kernels' autotune groups (kdb/diff/groups.py), read from both sides' rows and TTIR."""
+    from kdb.diff.groups import group_map
+
+    group_of = {key: g for s in (sa, sb) for key, g in group_map(s.kernels, partial(_ttir, s)).items()}
+    return replace(result, group_of=group_of)
+
+
 def diff(session: Session, request: DiffRequest) -> DiffOutcome:
     """Match the kernels of the two sides (each a tag or a cache directory) and compare them; a rank by time no
     profile measured, or a --kernel naming more kernels than --limit, is a notice. The format is the caller's to
     check (diff_formats()) before this is called."""
     from kdb.diff.deep import select
     from kdb.diff.engine import RANKS, diff_sides, ranked
-    from kdb.diff.groups import group_map
     from kdb.diff.model import DiffOptions
     from kdb.diff.rules import check_min_match, parse_rules
     from kdb.diff.sides import load_side
@@ -114,8 +121,7 @@ def diff(session: Session, request: DiffRequest) -> DiffOutcome:
             raw_isa=r.raw_isa,
         )
         result, views = diff_sides(sides[0], sides[1], options)
-        group_of = {key: g for s in sides for key, g in group_map(s.kernels, partial(_ttir, s)).items()}
-        result = replace(result, group_of=group_of)
+        result = grouped(result, sides[0], sides[1])
         if r.why:
             result, views = _explained(session, sources, result, views, r)
     if r.rank == "time" and all(k.measured_ns is None for k in result.kernels):

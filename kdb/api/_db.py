@@ -175,6 +175,7 @@ class Kdb:
         string ("new-spills", ["new-spills", "vgpr:+10%"], "new-spills,vgpr:+10%"); an untrusted comparison is
         returned (`Diff.trust_problem`, `exit_code` 2), not raised. UsageError for a bad rule, TagError for an
         unknown tag."""
+        from kdb.api._compare import grouped
         from kdb.diff.engine import diff_sides
         from kdb.diff.model import DiffOptions
         from kdb.diff.rules import check_min_match, parse_rules
@@ -188,6 +189,7 @@ class Kdb:
                 across_targets=across_targets, rules=tuple(rules), min_match=min_match, allow_unknown=allow_unknown
             )
             result, _ = diff_sides(sa, sb, options)
+            result = grouped(result, sa, sb)  # the CLI's autotune groups
 
         @api_errors
         def page(limit: int) -> str:
