@@ -173,13 +173,14 @@ def render_markdown(
     _fired(r, b)
     changed, _ = rows_shown(r, TableOptions(only="changed"))
     standing = collapsed(r, changed)[1]
+    rows = "changed rows (kernels and autotune groups)" if standing else "changed kernels"
     columns = _columns(r)
     head_line = _head(columns)
     if not changed:
         b.add("No kernel changed.\n")
     else:
         head = f"#### {'Top ' + str(min(top, len(changed))) + ' of ' if len(changed) > top else ''}"
-        b.add(f"{head}{len(changed)} changed kernels, worst first\n\n" + head_line)
+        b.add(f"{head}{len(changed)} {rows}, worst first\n\n" + head_line)
         shown = 0
         for k in changed[:top]:
             line = _md_row(r, k, columns, standing.get(id(k)))
@@ -189,7 +190,7 @@ def render_markdown(
             shown += 1
         rest = changed[shown:]
         if rest and b.fits(head_line, 3 * _TRAILER):
-            b.add(f"\n<details><summary>{len(rest)} more changed kernels</summary>\n\n" + head_line)
+            b.add(f"\n<details><summary>{len(rest)} more {rows}</summary>\n\n" + head_line)
             folded = 0
             for k in rest:
                 line = _md_row(r, k, columns, standing.get(id(k)))
@@ -201,7 +202,7 @@ def render_markdown(
             shown += folded
         if shown < len(changed):
             b.add(
-                f"\n{len(changed) - shown} more changed kernels not listed (the comment limit); "
+                f"\n{len(changed) - shown} more {rows} not listed (the comment limit); "
                 "`kdb diff --format csv` lists every kernel.\n"
             )
     unpaired = [f"{r.count(s)} {s.label}" for s in UNPAIRED if r.count(s)]
