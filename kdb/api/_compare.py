@@ -81,7 +81,8 @@ def grouped(result: DiffResult, sa: Side, sb: Side) -> DiffResult:
     from kdb.diff.groups import group_map
 
     group_of = {key: g for s in (sa, sb) for key, g in group_map(s.kernels, partial(_ttir, s)).items()}
-    return replace(result, group_of=group_of)
+    best = frozenset(row["cache_key"] for s in (sa, sb) for row in s.kernels if row.get("is_autotune_best") is True)
+    return replace(result, group_of=group_of, autotune_best=best)
 
 
 def diff(session: Session, request: DiffRequest) -> DiffOutcome:

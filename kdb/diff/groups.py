@@ -159,6 +159,7 @@ def group_document(r: DiffResult, g: Group) -> dict[str, Any]:
         "members": [r.key_of(k) for k in g.members],
         "counts": g.counts,
         "worst": r.key_of(g.worst),
+        "winner": next((r.key_of(k) for k in g.members if is_winner(r, k)), None),
     }
 
 
@@ -181,24 +182,32 @@ def range_cell(members: Iterable[KernelDiff], column: str) -> str:
 
 
 def collapsed(r: DiffResult, shown: list[KernelDiff]) -> tuple[list[KernelDiff], dict[int, Group]]:
-    """The table's kernels with each group's shown members replaced by its first (worst) one, and the group of
-    each row that stands for one (by id() of the kernel); kernels of no group are kept as they are."""
+    """The table's kernels with each group's shown members replaced by one row: its autotune winner where kdb knows
+    it (is_autotune_best), else its first (worst) one; and the group of each row that stands for one (by id() of
+    the kernel). Kernels of no group are kept as they are."""
     by_gid = {g.id: g for g in groups(r)}
-    out: list[KernelDiff] = []
-    standing: dict[int, Group] = {}
-    seen: set[str] = set()
+    # each group's row: its winner where kdb knows it (and it is shown), else its first shown member
+    stands: dict[str, KernelDiff] = {}
     for k in shown:
         gid = kernel_group(r, k)
-        g = by_gid.get(gid) if gid is not None else None
-        if g is None:
+        if gid in by_gid and (gid not in stands or (is_winner(r, k) and not is_winner(r, stands[gid]))):
+            stands[gid] = k
+    out: list[KernelDiff] = []
+    standing: dict[int, Group] = {}
+    for k in shown:
+        gid = kernel_group(r, k)
+        if gid not in by_gid:
             out.append(k)
-            continue
-        if g.id in seen:
-            continue
-        seen.add(g.id)
-        out.append(k)
-        standing[id(k)] = g
+        elif stands[gid] is k:
+            out.append(k)
+            standing[id(k)] = by_gid[gid]
     return out, standing
+
+
+def is_winner(r: DiffResult, k: KernelDiff) -> bool:
+    """The kernel's folder (B's, else A's) was compiled for an autotune winner (is_autotune_best)."""
+    key = k.b_cache_key or k.a_cache_key
+    return key is not None and key in r.autotune_best
 
 
 def expanded(r: DiffResult, shown: list[KernelDiff]) -> list[KernelDiff]:

@@ -353,6 +353,8 @@ class DiffResult:
     assumptions: tuple[str, ...] = ()
     # cache key (A's or B's) -> autotune group identity (kdb/diff/groups.py): kernels that differ only in tuning
     group_of: Mapping[str, str] = field(default_factory=dict)
+    # cache keys of the folders compiled for an autotune winner (the kernels view's is_autotune_best): a group's row
+    autotune_best: frozenset[str] = frozenset()
 
     def winner_count(self, status: str) -> int:
         return sum(1 for w in self.winners if w.status == status)

@@ -245,7 +245,8 @@ def group_row(k: KernelDiff, g: Group, cells: list[str]) -> list[str]:
     for i, column in enumerate(figures):
         if column is not None:
             out[3 + i] = range_cell(g.members, column)
-    out[_REASON] = f"{g.caption}; worst: {cells[_REASON]}" if cells[_REASON] else g.caption
+    role = "worst" if k is g.worst else "winner"  # the row stands for its autotune winner where kdb knows it
+    out[_REASON] = f"{g.caption}; {role}: {cells[_REASON]}" if cells[_REASON] else g.caption
     return out
 
 
