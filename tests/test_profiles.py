@@ -9,6 +9,7 @@ every per-kernel total against the trace's own sums (plain json)."""
 
 from __future__ import annotations
 
+import csv
 import functools
 import gzip
 import json
@@ -508,3 +509,24 @@ def test_diff_shows_measured_time_and_ranks_by_it(imported):
     assert top["key"] in lines[lines.index(header) + 1]  # the longest-running kernel heads the table
     r = kdb_subprocess(home, "diff", a, b, "--rank", "cost")
     assert r.code == 2 and "unknown --rank 'cost'" in r.err
+
+
+def test_diff_csv_carries_the_measured_time_of_each_side(imported):
+    """The CSV of `kdb diff` has each side's launches, ns and share, the kernel_times view's figures."""
+    home, _ = imported
+    a, b = "mlp_train", "gpt2_train"
+    times = {
+        (r["tag"], r["cache_key"]): r for r in _sql(home, f"SELECT * FROM kernel_times WHERE tag IN ('{a}', '{b}')")
+    }
+    r = kdb_subprocess(home, "diff", a, b, "--all", "--min-match", "0", "--format", "csv")
+    assert r.code == 0, r.err
+    rows = list(csv.DictReader(line for line in r.out.splitlines() if not line.startswith("#")))
+    seen = set()
+    for row in rows:
+        for side, tag in (("a", a), ("b", b)):
+            want = times.get((tag, row[f"{side}_cache_key"]))
+            got = [row[f"measured_{m}_{side}"] for m in ("launches", "ns", "share")]
+            expected = ["", "", ""] if want is None else [want["launches"], want["total_ns"], want["share"]]
+            assert [float(g) if g else "" for g in got] == [float(e) if e != "" else "" for e in expected], row
+            seen |= {(tag, row[f"{side}_cache_key"])} if want else set()
+    assert seen == set(times) and times  # every measured folder, on its row

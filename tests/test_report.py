@@ -351,3 +351,40 @@ def test_report_layout_on_real_inductor_names(resnet_home, capsys, tmp_path, kin
         assert shot.stat().st_size > 20_000
         if os.environ.get("KDB_UPDATE_SCREENSHOT"):
             shutil.copyfile(shot, SCREENSHOT)
+
+
+@pytest.mark.browser
+def test_drill_down_past_the_worst_50_is_complete(resnet_home, capsys, tmp_path):
+    """A kernel ranked past the `--limit` worst still has its loop depths, metadata differences and ISA hunks,
+    as `kdb diff A B --kernel KEY --format json` gives them."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / "report.html"
+    assert kdb(capsys, resnet_home, "report", *RESNET, "--output", str(out)).code == 0
+    kernels = json.loads(kdb(capsys, resnet_home, "diff", *RESNET, "--format", "json").out)["kernels"]
+    changed = [i for i, k in enumerate(kernels) if k["status"] == "changed"]
+    assert len(changed) > 60, len(changed)
+    deep = {}
+    for i in changed[50:]:
+        k = kernels[i]
+        if not (k["loops"]["a"]["max_loop_depth"] and k["loops"]["b"]["max_loop_depth"]):
+            continue
+        r = kdb(capsys, resnet_home, "diff", *RESNET, "--kernel", k["b_cache_key"], "--format", "json")
+        (deep,) = json.loads(r.out)["deep"]
+        if deep["isa_diff"] and (deep["triton_json_diff"] or deep["co_metadata_diff"]):
+            break
+    assert deep.get("isa_diff"), "no kernel past the worst 50 with loops, metadata and ISA changes"
+    depth = max(k["loops"]["a"]["max_loop_depth"], k["loops"]["b"]["max_loop_depth"])
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        page.goto(out.as_uri())
+        page.wait_for_function("document.querySelectorAll('#kernels tbody tr').length > 60")
+        page.locator(f'#kernels tbody tr[data-id="{i}"]').click()
+        text = page.locator("#drill").inner_text()
+        assert k["name"] in page.locator("#drill-title").inner_text()
+        assert "loop depths unknown" not in text
+        assert page.locator("#loop-mix h4").all_inner_texts() == [f"loop depth {d}" for d in range(depth + 1)]
+        assert "metadata differences" in text
+        first_hunk = next(line for line in deep["isa_diff"].splitlines() if line.startswith("@@"))
+        assert first_hunk in page.locator("#isa").inner_text()
+        browser.close()
+    assert problems == [], problems

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -118,16 +119,17 @@ def snapshot_page(catalog: Catalog, tag: str, label: str) -> str:
 
 
 def diff_page(sa: Side, sb: Side, *, across_targets: bool = False, limit: int = 50) -> str:
-    """`kdb report A B`: the HTML page of a diff, with ISA hunks for the `limit` worst changed kernels."""
+    """`kdb report A B`: the HTML page of a diff, every changed kernel's drill-down complete (loop depths, metadata,
+    ISA hunks: in full for the `limit` worst changed kernels, the first lines of every other one's)."""
     from kdb.diff.engine import report_sides
     from kdb.diff.model import DiffOptions
     from kdb.report import html as report_html
 
-    result, views = report_sides(sa, sb, DiffOptions(across_targets=across_targets), limit)
+    result, views = report_sides(sa, sb, DiffOptions(across_targets=across_targets), sys.maxsize)
     hot: dict[tuple[str, str], list[dict]] = {}
     for name, side in (("a", sa), ("b", sb)):
         keys = [k for v in views if (k := v.kernel.a_cache_key if name == "a" else v.kernel.b_cache_key)]
         for key, rows in side.catalog.source_lines_of(side.tag, keys).items():
             hot[name, key] = rows
     tuned = (sa.catalog.autotune_configs(sa.tag), sb.catalog.autotune_configs(sb.tag))
-    return report_html.diff_report(result, views, hot, tuned)
+    return report_html.diff_report(result, views, hot, tuned, limit)

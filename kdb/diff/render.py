@@ -13,6 +13,7 @@ from kdb.diff.model import (
     LIMITERS,
     LOOP_FACTS,
     METRICS,
+    TIME_FACTS,
     DiffResult,
     KernelDeepView,
     KernelDiff,
@@ -213,6 +214,7 @@ def render_csv(r: DiffResult) -> str:
         CSV_HEAD
         + [f"{m}_{s}" for m in METRICS for s in ("a", "b", "delta")]
         + [f"{m}_{s}" for m in LIMITERS for s in ("a", "b")]
+        + [f"{m}_{s}" for m in TIME_FACTS for s in ("a", "b")]  # kdb profile import; empty without
     )
     rows = []
     for k in r.kernels:
@@ -241,6 +243,7 @@ def render_csv(r: DiffResult) -> str:
         for m in LIMITERS:
             v = k.limiters.get(m) or {"a": _fact(k.a, m), "b": _fact(k.b, m)}
             row += [v["a"], v["b"]]
+        row += [_fact(side, m) for m in TIME_FACTS for side in (k.a, k.b)]
         rows.append(row)
     # What kdb assumed, as comment lines before the header (pandas: comment="#"; DuckDB: skip=N)
     head = "".join(f"# kdb assumed: {line}\n" for line in r.assumptions)

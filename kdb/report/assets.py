@@ -20,7 +20,9 @@ vertical-align:bottom}td.reason{white-space:normal;min-width:28ch;overflow-wrap:
 APP = """
 const D = JSON.parse(document.getElementById('kdb-data').textContent);
 for (const [id, fig] of Object.entries(D.figures)) {
-  Plotly.newPlot(id, fig.data, fig.layout, {displaylogo: false, responsive: true});
+  Plotly.newPlot(id, fig.data, fig.layout, {displaylogo: false, responsive: true, displayModeBar: 'hover',
+    modeBarButtonsToRemove: ['select2d', 'lasso2d', 'autoScale2d', 'toggleSpikelines', 'hoverClosestCartesian',
+      'hoverCompareCartesian', 'zoomIn2d', 'zoomOut2d']});
 }
 const esc = s => String(s ?? '').replace(/[&<>"]/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]));
 let sortCol = 0, sortDir = 1;

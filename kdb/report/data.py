@@ -14,6 +14,7 @@ from kdb.diff.views import deepdiff_lines, fact_rows
 
 VERDICTS = ("regressed", "mixed", "improved", "neutral", "same")
 HOT_LINES = 10
+ISA_CHARS = (60_000, 8_000)  # the ISA hunks a drill-down embeds: of the `full` worst kernels, of every other one
 
 
 def _reg_column(k: KernelDiff) -> str:
@@ -67,15 +68,29 @@ def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
     return out
 
 
+def isa_text(v: KernelDeepView, chars: int, key: str) -> str:
+    """The ISA hunks of a drill-down, cut at a line end within `chars` (the last line says how to see the rest)."""
+    text = v.isa_diff
+    if len(text) <= chars:
+        return text
+    cut = text.rfind("\n", 0, chars) + 1 or chars
+    rest = text.count("\n", cut) + 1
+    return text[:cut] + f"… {rest} more lines: kdb diff A B --kernel {key}"
+
+
 def diff_drill(
-    r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[str, str], list[dict[str, Any]]]
+    r: DiffResult, views: list[KernelDeepView], lines: dict[tuple[str, str], list[dict[str, Any]]], full: int = 50
 ) -> dict[str, Any]:
-    """Drill-down per table row id: facts side by side, mix groups, metadata differences, ISA hunks, hot lines."""
+    """Drill-down per table row id: facts side by side, mix groups, metadata differences, ISA hunks (the `full`
+    worst changed kernels' up to ISA_CHARS[0], every other one's up to ISA_CHARS[1]), hot lines. A kernel without a
+    deep view (one side only) has its facts and mix, and no loop, metadata or ISA section."""
     by_kernel = {id(v.kernel): v for v in views}
     out: dict[str, Any] = {}
+    changed = 0
     for rank, k in enumerate(r.kernels):
         if k.status is Status.SAME:
             continue
+        changed += k.status.changed
         v = by_kernel.get(id(k))
         facts = fact_rows(v) if v else fact_rows(KernelDeepView(k, {}, {}, [], "", None))
         out[str(rank)] = {
@@ -87,9 +102,9 @@ def diff_drill(
             "facts": [[str(c) if c is not None else "" for c in f] for f in facts],
             "mix": [[g, x["a"], x["b"], x["delta"]] for g, x in k.mix_groups.items()],
             "metadata": (deepdiff_lines(v.triton_json_diff) + deepdiff_lines(v.co_metadata_diff)) if v else None,
-            "isa": v.isa_diff[:60_000] if v else None,
+            "isa": isa_text(v, ISA_CHARS[changed > full], r.key_of(k)) if v else None,
             "loops": loop_groups(v) if v else [],
-            "loop_known": list(v.loop_known) if v else [False, False],
+            "loop_known": list(v.loop_known) if v else None,
             "hot_a": hot_lines(lines.get(("a", k.a_cache_key or ""), [])),
             "hot_b": hot_lines(lines.get(("b", k.b_cache_key or ""), [])),
         }

@@ -22,12 +22,13 @@ from kdb.report import autotune, data
 from kdb.report.assets import APP, STYLE
 
 COLORS = {"regressed": "#d62728", "mixed": "#ff7f0e", "improved": "#2ca02c", "neutral": "#7f7f7f", "same": "#1f77b4"}
-# Titles sit at the top left, clear of the toolbar (drawn vertically at the right edge); axis labels get the room
-# they need (automargin) so long kernel names are never cut at the left edge.
+# The toolbar (shown on hover, few buttons: kdb/report/assets.py) lies flat in the top band above the plot area,
+# where no legend, colour bar or axis is; titles sit at the top left just above the plot area, under the toolbar's
+# row; axis labels get the room they need (automargin) so long kernel names are never cut at the left edge.
 _LAYOUT: dict[str, Any] = {
-    "margin": {"l": 60, "r": 40, "t": 56, "b": 50},
+    "margin": {"l": 60, "r": 40, "t": 64, "b": 50},
     "height": 360,
-    "modebar": {"orientation": "v"},
+    "modebar": {"orientation": "h"},
     "xaxis": {"automargin": True},
     "yaxis": {"automargin": True},
 }
@@ -48,7 +49,19 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> dict[str, Any
 
 
 def _layout(title: str, **kw: Any) -> dict[str, Any]:
-    out = {**_LAYOUT, "title": {"text": title, "font": {"size": 14}, "x": 0.01, "xanchor": "left"}}
+    out = {
+        **_LAYOUT,
+        "title": {
+            "text": title,
+            "font": {"size": 14},
+            "x": 0.01,
+            "xanchor": "left",
+            "yref": "paper",
+            "y": 1,
+            "yanchor": "bottom",
+            "pad": {"b": 8},
+        },
+    }
     for axis in ("xaxis", "yaxis"):
         out[axis] = {**_LAYOUT[axis], **kw.pop(axis, {})}
     return {**out, **kw}
@@ -310,9 +323,11 @@ def diff_report(
     views: list[KernelDeepView],
     lines: dict[tuple[str, str], list[dict[str, Any]]],
     tuned: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
+    full: int = 50,
 ) -> str:
-    """The page of a diff: plots, the ranked table with reasons, a drill-down per kernel, and where either
-    side was autotuned (`tuned`: each side's Catalog.autotune_configs) its winners and losers."""
+    """The page of a diff: plots, the ranked table with reasons, a drill-down per kernel (`views`: the deep views
+    of the kernels it shows; ISA hunks in full for the `full` worst), and where either side was autotuned
+    (`tuned`: each side's Catalog.autotune_configs) its winners and losers."""
     figs, marks = diff_figures(r)
     tuned_figs, tuned_marks, extra = autotune_section(
         [("A", tuned[0]), ("B", tuned[1])], (autotune.WINNERS_HEAD, autotune.winner_rows(r.winners))
@@ -322,7 +337,7 @@ def diff_report(
         "figures": figs,
         "marks": marks,
         "rows": data.diff_rows(r),
-        "drill": data.diff_drill(r, views, lines),
+        "drill": data.diff_drill(r, views, lines, full),
         "fact_head": ["fact", "A", "B", "delta", ""],
         "mix_head": ["group", "A", "B", "delta"],
         "clickable": ["plot-vgpr", "plot-loop-scratch"],
