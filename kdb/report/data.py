@@ -68,14 +68,14 @@ def diff_rows(r: DiffResult) -> list[dict[str, Any]]:
     return out
 
 
-def isa_text(v: KernelDeepView, chars: int, key: str) -> str:
-    """The ISA hunks of a drill-down, cut at a line end within `chars` (the last line says how to see the rest)."""
+def isa_text(v: KernelDeepView, chars: int, command: str) -> str:
+    """The ISA hunks of a drill-down, cut at a line end within `chars` (the last line: the `command` showing all)."""
     text = v.isa_diff
     if len(text) <= chars:
         return text
     cut = text.rfind("\n", 0, chars) + 1 or chars
     rest = text.count("\n", cut) + 1
-    return text[:cut] + f"… {rest} more lines: kdb diff A B --kernel {key}"
+    return text[:cut] + f"… {rest} more lines: {command}"
 
 
 def diff_drill(
@@ -102,7 +102,9 @@ def diff_drill(
             "facts": [[str(c) if c is not None else "" for c in f] for f in facts],
             "mix": [[g, x["a"], x["b"], x["delta"]] for g, x in k.mix_groups.items()],
             "metadata": (deepdiff_lines(v.triton_json_diff) + deepdiff_lines(v.co_metadata_diff)) if v else None,
-            "isa": isa_text(v, ISA_CHARS[changed > full], r.key_of(k)) if v else None,
+            "isa": isa_text(v, ISA_CHARS[changed > full], f"kdb diff {r.a_label} {r.b_label} --kernel {r.key_of(k)}")
+            if v
+            else None,
             "loops": loop_groups(v) if v else [],
             "loop_known": list(v.loop_known) if v else None,
             "hot_a": hot_lines(lines.get(("a", k.a_cache_key or ""), [])),
