@@ -388,3 +388,32 @@ def test_drill_down_past_the_worst_50_is_complete(resnet_home, capsys, tmp_path)
         assert first_hunk in page.locator("#isa").inner_text()
         browser.close()
     assert problems == [], problems
+
+
+_TOOLBAR_HITS = """id => {
+  const d = document.getElementById(id), box = e => e.getBoundingClientRect();
+  const m = d.querySelector('.modebar'); if (!m) return null;
+  const b = box(m);
+  return [...d.querySelectorAll('.legend, .colorbar, .xtick, .ytick, .g-xtitle, .g-ytitle, .gtitle')].map(box)
+    .filter(o => o.left < b.right && b.left < o.right && o.top < b.bottom && b.top < o.bottom).length;
+}"""
+
+
+@pytest.mark.browser
+def test_plot_toolbar_covers_no_legend_axis_or_title(resnet_home, capsys, tmp_path):
+    """Hovering each plot shows its toolbar over none of the legend, colour bar, ticks and titles."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / "report.html"
+    assert kdb(capsys, resnet_home, "report", *RESNET, "--output", str(out)).code == 0
+    with sync_api.sync_playwright() as p:
+        browser, page, problems, _ = _browser_page(p)
+        for width in (1280, 1600, 1920):
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.goto(out.as_uri())
+            page.wait_for_function("document.querySelectorAll('.plot .main-svg').length >= 4")
+            for plot in page.evaluate("[...document.querySelectorAll('.plot')].map(d => d.id)"):
+                page.hover(f"#{plot}")
+                page.wait_for_timeout(100)
+                assert page.evaluate(_TOOLBAR_HITS, plot) == 0, (width, plot)
+        browser.close()
+    assert problems == [], problems
