@@ -95,10 +95,10 @@ def kernel_details(catalog: Catalog, tag: str, pattern: str) -> list[dict[str, A
     return [
         {
             **row,
-            **catalog.queries.kernel_detail(tag, row["cache_key"]),
-            "times": catalog.profiles.profile_times(tag, row["cache_key"]),
             # why it cannot launch (`asks 98304 B of LDS, gfx942 grants 65536 B`); None where it can or is unknown
             "cannot_launch": why_unlaunchable(row) if launchable(row) is False else None,
+            **catalog.queries.kernel_detail(tag, row["cache_key"]),
+            "times": catalog.profiles.profile_times(tag, row["cache_key"]),
         }
         for row in rows
     ]
