@@ -35,7 +35,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 def _target(spec):
     backend, arch, warp_size = spec
-    arch = int(arch) if backend == "cuda" else arch
+    # a CUDA capability as digits: 90, or the catalog's sm90 where the JSON's target is 2.x's ["cuda", 90]
+    arch = int(re.sub(r"\D", "", str(arch))) if backend == "cuda" else arch
     try:
         from triton.backends.compiler import GPUTarget
     except ImportError:  # 2.3: no backends package; a target is (backend, capability), CUDA only
@@ -66,6 +67,7 @@ def _compile(job):
     options, dropped = _kept(job.get("options") or {}, known)
     allowed = getattr(backend.parse_options(dict(options)), "allowed_dot_input_precisions", None)
     ttir, dots = _with_dot_precision(job["ttir"], job.get("source_dot_precisions"), allowed)
+    _as_after_a_ptx(backend, target)
     try:
         triton.compile(ttir, target=target, options=options)
     except Exception:
@@ -79,6 +81,26 @@ def _compile(job):
     _drop_at_sign(job["cache_dir"], triton.__version__.startswith("2."))
     _keep_ttir(job["cache_dir"], ttir)
     return {"dropped": dropped, "dot_precision": dots}
+
+
+def _as_after_a_ptx(backend, target):
+    """NVIDIA 3.1-3.3 turn on LLVM's process-wide `nvptx-short-ptr` in make_ptx (translate_to_asm's flags), so a
+    JIT process's every compile after its first lowers with 32-bit shared-memory pointers (the LLIR's datalayout
+    `p3:32:32`; 37 of the 38 kernels of t3.2.0-sm90, the one without its first): a replay child, which made no PTX
+    before, starts from that state. From 3.4 make_llir sets it itself; 3.9 passes it to every stage."""
+    import inspect
+
+    try:
+        make_ptx = inspect.getsource(type(backend).make_ptx)
+    except (AttributeError, OSError, TypeError):
+        return
+    if "'nvptx-short-ptr'" not in make_ptx or "translate_to_asm" not in make_ptx:
+        return
+    from triton._C.libtriton import llvm
+
+    llvm.init_targets()
+    module = 'target triple = "nvptx64-nvidia-cuda"\ndefine void @kdb_prime() {\n  ret void\n}\n'
+    llvm.translate_to_asm(module, "nvptx64-nvidia-cuda", f"sm_{target.arch}", "", ["nvptx-short-ptr"], False, False)
 
 
 _DOT = re.compile(r"(\btt\.dot %[\w#$.-]+, %[\w#$.-]+, %[\w#$.-]+)((?:, \w+ = \w+)*) :")
