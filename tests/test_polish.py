@@ -81,17 +81,19 @@ def test_only_top_and_all(pair_home, capsys):
     a, b = PAIR
     doc = json.loads(kdb(capsys, pair_home, "diff", a, b, "--format", "json").out)
     regressed = sum(1 for k in doc["kernels"] if k["verdict"] in ("regressed", "mixed"))
-    out = kdb(capsys, pair_home, "diff", a, b, "--only", "regressed").out
+    out = kdb(capsys, pair_home, "diff", a, b, "--only", "regressed", "--expand").out  # every member of a group
     rows = [line for line in out.splitlines() if line.startswith(("regressed", "mixed", "improved", "neutral"))]
     assert len(rows) == regressed and all(not r.startswith(("improved", "neutral")) for r in rows)
-    out = kdb(capsys, pair_home, "diff", a, b, "--top", "3").out
-    assert len([line for line in out.splitlines() if line.startswith(("regressed", "mixed"))]) == 3
+    out = kdb(capsys, pair_home, "diff", a, b, "--top", "3").out  # 3 rows: a kernel's or an autotune group's
+    assert (
+        len([line for line in out.splitlines() if line.startswith(("regressed", "mixed", "improved", "neutral"))]) == 3
+    )
     assert "more rows not shown (--top 3)" in out
     only_b = sum(1 for k in doc["kernels"] if k["status"] == "only_b")
     assert only_b and f"{only_b} only in B not shown (--all lists them)" in kdb(capsys, pair_home, "diff", a, b).out
-    out = kdb(capsys, pair_home, "diff", a, b, "--all").out
+    out = kdb(capsys, pair_home, "diff", a, b, "--all", "--expand").out  # every member of an autotune group
     assert sum(1 for line in out.splitlines() if line.startswith("only in B")) == only_b
-    out = kdb(capsys, pair_home, "diff", a, b, "--only", "unmatched").out
+    out = kdb(capsys, pair_home, "diff", a, b, "--only", "unmatched", "--expand").out
     assert sum(1 for line in out.splitlines() if line.startswith("only in B")) == only_b
     r = kdb(capsys, pair_home, "diff", a, b, "--fail-on", "new-spills", "--only", "fired")
     fired = [k for k in doc["kernels"] if k["metrics"] and (k["metrics"]["vgpr_spill_count"]["delta"] or 0) > 0]
