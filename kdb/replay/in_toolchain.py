@@ -66,8 +66,11 @@ def _compile(job):
     backend, known = _known_options(target)
     options, dropped = _kept(job.get("options") or {}, known)
     allowed = getattr(backend.parse_options(dict(options)), "allowed_dot_input_precisions", None)
-    ttir, dots = _with_dot_precision(job["ttir"], job.get("source_dot_precisions"), allowed)
+    ttir, dots = _prepared_ttir(job["ttir"], job.get("source_dot_precisions"), allowed)
     _as_after_a_ptx(backend, target)
+    old = triton.__version__.startswith("2.")
+    if old:
+        _ttir_as_given(backend)
     try:
         triton.compile(ttir, target=target, options=options)
     except Exception:
@@ -78,8 +81,8 @@ def _compile(job):
     for folder in os.listdir(job["cache_dir"]):
         if not _has_json(os.path.join(job["cache_dir"], folder)):
             shutil.rmtree(os.path.join(job["cache_dir"], folder))
-    _drop_at_sign(job["cache_dir"], triton.__version__.startswith("2."))
-    _keep_ttir(job["cache_dir"], ttir)
+    _drop_at_sign(job["cache_dir"], old)
+    _keep_ttir(job["cache_dir"], ttir, replace=old)
     return {"dropped": dropped, "dot_precision": dots}
 
 
@@ -107,21 +110,30 @@ _DOT = re.compile(r"(\btt\.dot %[\w#$.-]+, %[\w#$.-]+, %[\w#$.-]+)((?:, \w+ = \w
 _PRECISION = re.compile(r", inputPrecision = (\w+)")
 
 
-def _unset_precision(allowed):
-    """What the frontend gives a `tl.dot` whose input_precision the kernel leaves unset (3.0-3.9, with no
-    TRITON_F32_DEFAULT): tf32 where the target allows it, else ieee."""
-    return "tf32" if "tf32" in allowed else "ieee"
+def _prepared_ttir(path, source_allowed, allowed):
+    """The stored TTIR as this release would have it: its dots' unset precision (_with_dot_precision), its 2.x
+    extern libraries where this toolchain has them (_relocated_libpaths). Returns (path, dots changed)."""
+    with open(path) as f:
+        text = f.read()
+    text, dots = _with_dot_precision(text, source_allowed, allowed)
+    text, libs = _relocated_libpaths(text)
+    if not dots and not libs:
+        return path, 0
+    path = path[: -len(".ttir")] + ".replay.ttir"
+    with open(path, "w") as f:
+        f.write(text)
+    return path, dots
 
 
-def _with_dot_precision(path, source_allowed, allowed):
-    """The TTIR as this release's frontend would have written it: a dot at the precision the kernel's own release
-    gives an unset one takes this release's (gfx942 allows tf32 from 3.3: a 3.2 dot's unset ieee becomes tf32).
-    The TTIR writes ieee, the op's default, by omitting it. Returns (path, dots changed)."""
+def _with_dot_precision(text, source_allowed, allowed):
+    """A dot at the precision the kernel's own release gives an unset one takes this release's (gfx942 allows tf32
+    from 3.3: a 3.2 dot's unset ieee becomes tf32). The TTIR writes ieee, the op's default, by omitting it."""
     if not source_allowed or not allowed:
-        return path, 0
-    old, new = _unset_precision(source_allowed), _unset_precision(allowed)
+        return text, 0
+    # the frontend's precision for a tl.dot that leaves it unset (3.0-3.9): tf32 where the target allows it, else ieee
+    old, new = ("tf32" if "tf32" in a else "ieee" for a in (source_allowed, allowed))
     if old == new:
-        return path, 0
+        return text, 0
     changed = 0
 
     def repoint(m):
@@ -134,24 +146,58 @@ def _with_dot_precision(path, source_allowed, allowed):
         attrs = _PRECISION.sub("", attrs)
         return m.group(1) + ("" if new == "ieee" else f", inputPrecision = {new}") + attrs + " :"
 
-    with open(path) as f:
-        text = _DOT.sub(repoint, f.read())
-    if not changed:
-        return path, 0
-    path = path[: -len(".ttir")] + ".precision.ttir"
-    with open(path, "w") as f:
-        f.write(text)
-    return path, changed
+    return _DOT.sub(repoint, text), changed
 
 
-def _keep_ttir(cache_dir, ttir):
+_LIBPATH = re.compile(r'libpath = "([^"]+)"')
+
+
+def _relocated_libpaths(text):
+    """2.x's TTIR names each extern library by its path where it was compiled (`libpath = ".../site-packages/triton/
+    language/../third_party/cuda/lib/libdevice.10.bc"`; 3.x's is empty): this toolchain's file of that place."""
+    import triton
+
+    root = os.path.dirname(triton.__file__)
+    changed = 0
+
+    def relocate(m):
+        nonlocal changed
+        old = m.group(1)
+        if os.path.exists(old) or "/triton/" not in old:
+            return m.group(0)
+        new = os.path.normpath(os.path.join(root, old.split("/triton/", 1)[1]))
+        if not os.path.exists(new):
+            return m.group(0)
+        changed += 1
+        return f'libpath = "{new}"'
+
+    return _LIBPATH.sub(relocate, text), changed
+
+
+def _ttir_as_given(backend):
+    """2.x compiles an IR file from its own stage on (3.x from the next one): the stored TTIR, which has been through
+    the JIT's TTIR passes, is not run through them again (they renumber its locations and lose the def line that
+    kdb's identity reads)."""
+    cls = type(backend)
+    add_stages = cls.add_stages
+
+    def add(self, stages, options, *rest):
+        add_stages(self, stages, options, *rest)
+        stages["ttir"] = lambda src, metadata: src
+
+    cls.add_stages = add
+
+
+def _keep_ttir(cache_dir, ttir, replace=False):
     """Before 3.4 a compile from an IR file writes only the stages after it: the folder gets the TTIR it was compiled
     from (the stored one, which the JIT's folder holds too), in its group file as well; kdb identifies a kernel by
-    its TTIR."""
+    its TTIR. 2.x writes the TTIR as its printer renumbers it: `replace`d by the stored text."""
     for root, _dirs, files in os.walk(cache_dir):
         for stem in [f[: -len(".json")] for f in files if f.endswith(".json") and not f.startswith("__grp__")]:
             path = os.path.join(root, f"{stem}.ttir")
             if os.path.exists(path):
+                if replace:
+                    shutil.copyfile(ttir, path)
                 continue
             shutil.copyfile(ttir, path)
             group_path = os.path.join(root, f"__grp__{stem}.json")
