@@ -69,3 +69,15 @@ def status(session: Session, tag: str | None) -> list[str]:
     from kdb.capture.cache import status_lines
 
     return status_lines(session.home, capture_tag(tag))
+
+
+def misses(session: Session, tag: str | None, *, after_warmup: bool = False) -> dict:
+    """Every compile of the tag's captures (not a hit), with the nearest earlier specialization of the same kernel
+    kdb held and what differs, in words; those after warm-up first (kdb/capture/misses.py). A JSON document."""
+    from kdb.capture.keyparts import keys_folder
+    from kdb.capture.misses import as_document, explain, read_records
+    from kdb.store.spool import capture_root
+
+    name = capture_tag(tag)
+    records = read_records(keys_folder(capture_root(session.home), name).parent)
+    return as_document(name, explain(records, name, after_warmup), after_warmup)

@@ -26,10 +26,13 @@ import json
 import os
 from typing import Any
 
+from kdb.capture import keyparts
 from kdb.capture.cache import fallback_dir, group_file, guarded, stats
+from kdb.capture.keyparts import end_warmup
 from kdb.store.spool import GROUP_PREFIX
 
-__all__ = ["CacheManager", "RemoteBackend", "RemoteCacheBackend", "stats"]
+__all__ = ["CacheManager", "RemoteBackend", "RemoteCacheBackend", "end_warmup", "stats"]
+keyparts.install()  # imported by Triton: every compile's key parts recorded (kdb/capture/keyparts.py)
 
 
 def triton_cache_dir() -> str:
@@ -85,6 +88,8 @@ class CacheManager:
     def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
         self.key = key
         self._own: Any = None
+        if not (override or dump):
+            keyparts.attach(key)
         if override or dump:
             from triton.runtime.cache import FileCacheManager
 
@@ -132,6 +137,7 @@ class CacheManager:
         found = {name: self.get_file(name) for name in names}
         if any(path is None for path in found.values()):
             return None  # all or nothing: a partial group made Triton fail (KeyError: 'hsaco'); a miss recompiles
+        keyparts.group_seen(self.key, found.get(filename), hit=True)
         return {name: path for name, path in found.items() if path is not None}
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
@@ -139,6 +145,7 @@ class CacheManager:
             return self._own.put_group(filename, group)
         path = self.put(group_bytes(self.key, list(group)), group_file(filename), binary=False)
         guarded(lambda c: c.group_written(), lambda: None)
+        keyparts.group_seen(self.key, group.get(filename), hit=False)
         return path
 
 
@@ -148,6 +155,7 @@ class RemoteCacheBackend:
 
     def __init__(self, key: str) -> None:
         self.key = key
+        keyparts.install()
 
 
 class RemoteBackend(RemoteCacheBackend):

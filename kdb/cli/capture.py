@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 
 from kdb.api import _capture as capture
-from kdb.cli.common import _out, app, state
+from kdb.cli.common import _fmt, _out, app, state
+from kdb.errors import ExitCode
+from kdb.render.capture import render_misses
 
 capture_app = typer.Typer(
     no_args_is_help=True,
@@ -58,3 +60,31 @@ def status(tag: TagOpt = None) -> None:
     """Folders of TAG spooled and not recorded yet: whole (compile finished), still being written, or left by a
     writer that died mid-compile (each named); folders the index serves."""
     _out("".join(line + "\n" for line in capture.status(state.session, tag)))
+
+
+@capture_app.command("misses")
+def misses(
+    tag: TagOpt = None,
+    after_warmup: Annotated[
+        bool, typer.Option("--after-warmup", help="only compiles after their process marked the end of warm-up")
+    ] = False,
+    fail: Annotated[bool, typer.Option("--fail", help="exit 1 when any compile is listed (a CI gate)")] = False,
+    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table, json or markdown")] = "table",
+) -> None:
+    """Every compile of TAG's captures (not a hit), with the nearest earlier specialization of the same kernel kdb
+    held and what differs: `constexpr BLOCK_M 64→128`, `arg 2 dtype fp16→bf16`, `num_warps 4→8`,
+    `TRITON_DISABLE_LINE_INFO unset → "0"`, `source moved from line 104 to 106, body unchanged`,
+    `Triton 3.6.0 → 3.7.1`, `first compile of this kernel`. Compiles after warm-up (KDB_CAPTURE_PHASE, or
+    `kdb.capture.end_warmup()` in the process) come first.
+
+    Examples:
+
+        kdb capture misses --tag serving-nightly
+
+        kdb capture misses --after-warmup --fail --format markdown   # exit 1 when anything compiled after warm-up
+    """
+    fmt = _fmt(fmt, ("table", "json", "markdown"))
+    document = capture.misses(state.session, tag, after_warmup=after_warmup)
+    _out(render_misses(document, fmt))
+    if fail and document["compiles"]:
+        raise typer.Exit(ExitCode.FINDINGS)

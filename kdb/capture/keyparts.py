@@ -1,0 +1,316 @@
+"""Why did it compile (issue 42): the parts of Triton's cache key, recorded for every compile a capture sees.
+
+Triton 3.4+ calls `knobs.compilation.listener(src=, metadata=, metadata_group=, times=, cache_hit=)` at the end of
+every `triton.compile`. When Triton first makes kdb's cache manager in a process, kdb chains its own listener in
+front of the one the user set (which keeps being called, with the same arguments). Each compile becomes one JSON
+line appended to `CAPTURE_ROOT/keys/<tag>/<pid>.jsonl` (one `os.write` of an O_APPEND file):
+
+- the kernel: name, file, `def` line, a digest of the body without its line (`JITFunction.src`), the function key
+  Triton hashes (`JITFunction.cache_key`: body, `def` line, the functions it calls and constexpr globals it reads);
+- the specialization: argument types (`ASTSource.signature`), attributes (divisibility…) and constexpr values;
+- the target, the backend's options (the fields of its options class), the backend's own hash;
+- the environment variables entering the key (as the key holds them, and their raw value in the process);
+- the Triton version and key (a digest of its own sources), hit or compile, the cache key, time, pid, and the phase
+  (`KDB_CAPTURE_PHASE`; `end_warmup()` sets it for this process and the workers it makes later).
+
+Triton reads its listener at the start of `compile`, before it makes the cache manager that loads kdb: the compile
+running then is recorded from that call's own frame (its `src`) and its metadata JSON when its group is read or
+written. Releases without the listener (< 3.4) are recorded the same way; what a record could not read is named in
+its `not_exposed` list, never guessed. Any failure here is said once on stderr and never reaches the compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+PHASE_ENV = "KDB_CAPTURE_PHASE"
+WARMUP_DONE = "serving"
+RECORD_VERSION = 1
+# Triton's parts of a record, in the order a difference is told
+_SOURCE_PARTS = ("body_digest", "def_line", "function_key")
+_PATHS = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+@=-]+)+/?")
+
+
+def end_warmup(phase: str = WARMUP_DONE) -> None:
+    """Mark the end of this process's warm-up: its later compiles, and those of workers it starts later (the
+    environment variable is inherited), are recorded with this phase and listed first by `kdb capture misses`."""
+    os.environ[PHASE_ENV] = phase
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _text(value: Any) -> str:
+    key = getattr(value, "cache_key", None)
+    return key if isinstance(key, str) else str(value)
+
+
+def _arg_name(fn: Any, path: Any) -> str:
+    """`(2,)` → the third argument's name; a tuple argument's member `(2, 0)` → `name[0]`."""
+    path = path if isinstance(path, tuple) else (path,)
+    names = list(getattr(fn, "arg_names", None) or [])
+    head = path[0] if path else None
+    name = names[head] if isinstance(head, int) and 0 <= head < len(names) else str(head)
+    return name + "".join(f"[{i}]" for i in path[1:])
+
+
+def source_parts(src: Any) -> dict[str, Any]:
+    """What `ASTSource.hash` is made of (or, for a compile of an IR file, its text's digest)."""
+    fn = getattr(src, "fn", None)
+    out: dict[str, Any] = {"name": getattr(src, "name", None)}
+    if fn is None:  # an IR file (`triton.compile(path)`, kdb replay): the key hashes its text
+        text = getattr(src, "src", None)
+        out["body_digest"] = _digest(text) if isinstance(text, str) else None
+        return out
+    code = getattr(getattr(fn, "fn", None), "__code__", None)
+    out["file"] = getattr(code, "co_filename", None)
+    start = getattr(fn, "starting_line_number", None)  # Triton's: the first decorator's line
+    raw = getattr(fn, "raw_src", None) or []
+    below = next((i for i, line in enumerate(raw) if line.lstrip().startswith(("def ", "async def "))), 0)
+    out["def_line"] = start + below if isinstance(start, int) else None
+    body = getattr(fn, "src", None)
+    if isinstance(body, str):
+        out["body_digest"] = _digest(body)
+        out["body_digest_without_paths"] = _digest(_PATHS.sub("<path>", body))
+    key = getattr(fn, "cache_key", None)
+    out["function_key"] = key[:16] if isinstance(key, str) else None
+    names = list(getattr(fn, "arg_names", None) or [])
+    signature = getattr(src, "signature", None) or {}
+    # 3.x: argument name -> type; 2.3: argument index -> type
+    out["signature"] = {
+        (names[k] if isinstance(k, int) and k < len(names) else str(k)): str(v) for k, v in dict(signature).items()
+    }
+    out["arg_order"] = names or list(out["signature"])
+    constants = getattr(src, "constants", None) or getattr(src, "constexprs", None) or {}
+    out["constexprs"] = {_arg_name(fn, k): _text(v) for k, v in dict(constants).items()}
+    attrs = getattr(src, "attrs", None)
+    out["attrs"] = _attrs(fn, attrs)
+    return out
+
+
+def _attrs(fn: Any, attrs: Any) -> dict[str, str]:
+    """3.3+: {(index,): [["tt.divisibility", 16]]}; older releases: an AttrsDescriptor (its text, per release)."""
+    if isinstance(attrs, dict):
+        return {
+            _arg_name(fn, k): ",".join(f"{a[0]}={a[1]}" if isinstance(a, list | tuple) else str(a) for a in v)
+            for k, v in sorted(attrs.items(), key=lambda kv: str(kv[0]))
+            if v  # an argument without attributes: as absent (3.7 lists it, 3.6 does not)
+        }
+    return {"(all)": str(attrs)} if attrs is not None else {}
+
+
+def metadata_parts(metadata: dict[str, Any], option_names: frozenset[str] | None) -> dict[str, Any]:
+    """The compile's metadata (the JSON Triton stores): key, target, Triton version, options and env variables.
+    Without the backend's option names (a release kdb cannot ask), every lower-case field that is not a result of
+    the compile is kept, and `options_from` says so."""
+    target = metadata.get("target")
+    if isinstance(target, dict):
+        target = [target.get("backend"), target.get("arch"), target.get("warp_size")]
+    elif target is not None and not isinstance(target, list | tuple):
+        target = [getattr(target, "backend", None), getattr(target, "arch", None), getattr(target, "warp_size", None)]
+    env = {k: str(v) for k, v in metadata.items() if k.isupper()}
+    names = sorted(option_names or ())
+    options = {k: _jsonable(metadata[k]) for k in names if k in metadata}
+    return {
+        "cache_key": metadata.get("hash"),
+        "target": ":".join(str(t) for t in target) if target else None,
+        "triton_version": metadata.get("triton_version"),
+        "options": options,
+        "env": env,
+        "env_raw": {k: os.environ.get(k) for k in env},
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+# -- the running Triton: its backend's option names and hash, its own key (each once per process and target) ----------
+_backend_facts: dict[str, tuple[frozenset[str] | None, str | None]] = {}
+
+
+def _backend(target_text: str | None, metadata: dict[str, Any]) -> tuple[frozenset[str] | None, str | None]:
+    if target_text in _backend_facts:
+        return _backend_facts[target_text]
+    names: frozenset[str] | None = None
+    digest: str | None = None
+    try:
+        import dataclasses
+
+        from triton.compiler.compiler import make_backend
+
+        target = metadata.get("target")
+        if isinstance(target, dict | list | tuple):
+            from triton.backends.compiler import GPUTarget
+
+            target = GPUTarget(*target) if isinstance(target, list | tuple) else GPUTarget(**target)
+        backend = make_backend(target)
+        names = frozenset(f.name for f in dataclasses.fields(backend.parse_options({})))
+        digest = _digest(str(backend.hash()))
+    except Exception:  # noqa: BLE001 - a release kdb cannot ask: its records say so
+        pass
+    _backend_facts[str(target_text)] = (names, digest)
+    return names, digest
+
+
+def _triton_key() -> str | None:
+    cache = sys.modules.get("triton.runtime.cache") or sys.modules.get("triton.compiler.compiler")
+    fn = getattr(cache, "triton_key", None)
+    try:
+        return _digest(fn()) if fn is not None else None  # lru-cached by Triton: computed once per process
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str) -> dict[str, Any]:
+    """One compile's record (`how`: "listener", "compile frame", "metadata"): pure but for the running Triton."""
+    meta = dict(metadata)
+    target = metadata_parts(meta, None)["target"]
+    option_names, backend_hash = _backend(target, meta)
+    parts = metadata_parts(meta, option_names)
+    record: dict[str, Any] = {"v": RECORD_VERSION, "time": time.time(), "pid": os.getpid()}
+    record["phase"] = os.environ.get(PHASE_ENV) or None
+    record["hit"] = hit
+    record["how"] = how
+    record.update(parts)
+    record["name"] = meta.get("name")
+    if src is not None:
+        record.update(source_parts(src))
+    record["triton_key"] = _triton_key()
+    record["backend_hash"] = backend_hash
+    not_exposed = [p for p in ("body_digest", "def_line", "signature", "constexprs", "attrs") if p not in record]
+    if option_names is None:
+        not_exposed.append("options")
+    not_exposed += [p for p in ("triton_key", "backend_hash") if record[p] is None]
+    record["not_exposed"] = not_exposed
+    return record
+
+
+# -- where records go -------------------------------------------------------------------------------------------
+class _Sink:
+    """This process's records file (a forked worker opens its own)."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.pid = 0
+        self.lock = threading.Lock()
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+        with self.lock:
+            if self.pid != os.getpid():
+                folder = records_folder()
+                if folder is None:
+                    return
+                folder.mkdir(parents=True, exist_ok=True)
+                self.fd = os.open(folder / f"{os.getpid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self.pid = os.getpid()
+            os.write(self.fd, line)
+
+
+_sink = _Sink()
+
+
+def records_folder() -> Path | None:
+    """`CAPTURE_ROOT/keys/<tag>` of the process's capture; None once kdb failed in this process."""
+    from kdb.capture.cache import current
+
+    capture = current()
+    return None if capture is None else keys_folder(capture.layout.root, capture.layout.tag)
+
+
+def keys_folder(capture_root: Path, tag: str) -> Path:
+    return capture_root / "keys" / tag
+
+
+def _write(src: Any, metadata: dict[str, Any], hit: bool, how: str) -> None:
+    try:
+        _sink.write(build_record(src, metadata, hit, how))
+    except Exception as exc:  # noqa: BLE001 - recording never breaks a compile
+        from kdb.capture.cache import say
+        from kdb.capture.recording import one_line
+
+        say("keyparts", f"the key's parts of a compile were not recorded ({one_line(exc)})")
+
+
+# -- the listener, chained in front of the user's -------------------------------------------------------------
+class _Listener:
+    def __init__(self, after: Any) -> None:
+        self.after = after
+
+    def __call__(
+        self, *, src: Any, metadata: Any, metadata_group: Any, times: Any, cache_hit: bool, **more: Any
+    ) -> Any:
+        _write(src, metadata if isinstance(metadata, dict) else {}, bool(cache_hit), "listener")
+        if self.after is not None:
+            return self.after(
+                src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **more
+            )
+        return None
+
+
+def _compilation_knobs() -> Any:
+    knobs = sys.modules.get("triton.knobs")
+    compilation = getattr(knobs, "compilation", None)
+    return compilation if compilation is not None and hasattr(type(compilation), "listener") else None
+
+
+def install() -> bool:
+    """Chain kdb's listener in front of the current one (again, if the user replaced it); False: this Triton has
+    no listener (< 3.4) or is not loaded."""
+    compilation = _compilation_knobs()
+    if compilation is None:
+        return False
+    current = compilation.listener
+    if not isinstance(current, _Listener):
+        compilation.listener = _Listener(current)
+    return True
+
+
+# -- the compile Triton's listener did not see: the first one of a process, or any in a release without one -----
+_pending: dict[str, Any] = {}
+
+
+def attach(key: str) -> None:
+    """Called when Triton makes a cache manager for `key` (inside `triton.compile`): chain the listener for later
+    compiles; when this compile read no kdb listener, keep its source to record at its group's read or write."""
+    try:
+        listening = install()
+        frame = sys._getframe(1)
+        for _ in range(6):
+            frame = frame.f_back  # type: ignore[assignment]
+            if frame is None:
+                return
+            if frame.f_code.co_name == "compile" and frame.f_globals.get("__name__") == "triton.compiler.compiler":
+                if not (listening and isinstance(frame.f_locals.get("compilation_listener"), _Listener)):
+                    _pending[key] = frame.f_locals.get("src")
+                return
+    except Exception:  # noqa: BLE001 - recording never breaks a compile
+        return
+
+
+def group_seen(key: str, metadata_path: str | None, hit: bool) -> None:
+    """The group of `key` was read (a hit) or written (a compile): record it if no listener will."""
+    if key not in _pending:
+        return
+    src = _pending.pop(key)
+    try:
+        metadata = json.loads(Path(metadata_path).read_text()) if metadata_path else {}
+    except (OSError, ValueError):
+        metadata = {}
+    _write(src, metadata, hit, "metadata" if src is None else "compile frame")

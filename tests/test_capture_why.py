@@ -1,0 +1,221 @@
+"""Why did it compile (issue 42): real offline compiles of a corpus kernel by the installed Triton (3.6.0 in CI), through
+`kdb.capture:CacheManager`, each run a fresh process as a user's job would be (bench/capture_compile.py, the corpus's
+stand-in driver, no GPU). One cause planted per test; `kdb capture misses` must name exactly it and nothing else.
+
+The expected words come from what each test changed (the config it compiles, the file it edits, the environment),
+the `def` line from the kernel file's own text, the releases from the interpreters' own `triton.__version__`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILE = ROOT / "bench" / "capture_compile.py"
+LLD = "/usr/lib/llvm-22/bin/ld.lld"
+SPEC = {"backend": "hip", "target": "gfx942", "warp_size": 64}
+OTHER_RELEASE = "3.7.1"
+LOCAL_TOOLCHAINS = Path("/var/tmp/kdb-toolchains")
+TOOLCHAIN_CACHE = Path.home() / ".cache" / "kdb-tests" / "toolchains"  # as tests/test_replay.py's sweep test
+
+pytestmark = [pytest.mark.slow, pytest.mark.triton]
+
+
+def _vector_add() -> dict:
+    from capture_compile import build_module  # bench/ (tests/conftest.py puts it on the path)
+
+    config = build_module().configs_for("t3.6.0-gfx942")[0]
+    assert config["kernel"] == "add_kernel" and config["constexprs"] == {"BLOCK": 1024}, config
+    assert config["options"] == {"num_warps": 4} and config["sig"]["y_ptr"] == "*fp32", config
+    return json.loads(json.dumps(config))
+
+
+# Another release's interpreter runs the compile with kdb and its dependencies from this one's site-packages,
+# appended after its own (its Triton comes first), as bench/capture_releases.py's venvs do with a .pth.
+_OTHER_PYTHON = (
+    "import runpy, site, sys\n"
+    "for d in sys.argv[1].split(':'): site.addsitedir(d)\n"
+    "sys.argv = sys.argv[2:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+class Runs:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.home = work / "home"
+        self.count = 0
+
+    def compile(self, tag: str, config: dict, env: dict[str, str] | None = None, python: str | None = None) -> None:
+        """`python`: another release's interpreter, or Python code run with this one (the compile's argv after it)."""
+        self.count += 1
+        spec = self.work / f"spec-{self.count}.json"
+        results = self.work / f"results-{self.count}.jsonl"
+        spec.write_text(json.dumps({**SPEC, "configs": [config], "results": str(results), **self._src_root(config)}))
+        full = {
+            **os.environ,
+            "TRITON_CACHE_MANAGER": "kdb.capture:CacheManager",
+            "KDB_HOME": str(self.home),
+            "KDB_CAPTURE_TAG": tag,
+            "TRITON_CACHE_DIR": str(self.work / "triton-cache"),
+            "TRITON_HIP_LLD_PATH": LLD,
+            "TRITON_HOME": str(self.work / "triton-home"),
+            **(env or {}),
+        }
+        if python is None:
+            command = [sys.executable, str(COMPILE), str(spec)]
+        elif not python.startswith("/"):
+            command = [sys.executable, "-c", python, str(COMPILE), str(spec)]
+        else:
+            host = ":".join([str(ROOT), *site.getsitepackages()])
+            command = [python, "-c", _OTHER_PYTHON, host, str(COMPILE), str(spec)]
+        done = subprocess.run(command, env=full, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        assert len(lines) == 1 and "cache_key" in lines[0], (lines, done.stderr[-2000:])
+        assert "kdb capture: the key" not in done.stderr, done.stderr
+
+    def _src_root(self, config: dict) -> dict:
+        return {"src_root": str(self.work / "src")} if (self.work / "src").is_dir() else {}
+
+    def misses(self, tag: str, *more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kdb", "--home", str(self.home), "capture", "misses", "--tag", tag, *more],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
+    def why(self, tag: str) -> list[list[str]]:
+        done = self.misses(tag, "--format", "json")
+        assert done.returncode == 0, done.stderr
+        return [c["differs"] for c in json.loads(done.stdout)["compiles"]]
+
+
+def _planted(tmp_path: Path, changed: dict, env: dict[str, str] | None = None) -> list[list[str]]:
+    runs = Runs(tmp_path)
+    runs.compile("base", _vector_add())
+    assert runs.why("base") == [["first compile of this kernel"]]
+    runs.compile("planted", changed, env)
+    return runs.why("planted")
+
+
+def test_a_constexpr_is_named(tmp_path):
+    config = _vector_add()
+    config["constexprs"]["BLOCK"] = 2048
+    assert _planted(tmp_path, config) == [["constexpr BLOCK 1024→2048"]]
+
+
+def test_an_argument_dtype_is_named(tmp_path):
+    config = _vector_add()
+    config["sig"]["y_ptr"] = "*fp16"  # the second argument
+    assert _planted(tmp_path, config) == [["arg 1 dtype fp32→fp16"]]
+
+
+def test_num_warps_is_named(tmp_path):
+    config = _vector_add()
+    config["options"]["num_warps"] = 8
+    assert _planted(tmp_path, config) == [["num_warps 4→8"]]
+
+
+def test_an_environment_knob_set_to_zero_is_named(tmp_path):
+    assert "TRITON_DISABLE_LINE_INFO" not in os.environ
+    assert _planted(tmp_path, _vector_add(), {"TRITON_DISABLE_LINE_INFO": "0"}) == [
+        ['TRITON_DISABLE_LINE_INFO unset → "0"']
+    ]
+
+
+def _def_line(path: Path) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith("def add_kernel("))
+
+
+def test_a_line_inserted_above_the_kernel_is_named(tmp_path):
+    shutil.copytree(ROOT / "corpus" / "kernels", tmp_path / "src" / "kernels")
+    kernel_file = tmp_path / "src" / "kernels" / "vector_add.py"
+    runs = Runs(tmp_path)
+    runs.compile("base", _vector_add())
+    before = _def_line(kernel_file)
+    kernel_file.write_text("# a comment line above the kernel\n" + kernel_file.read_text())
+    after = _def_line(kernel_file)
+    assert after == before + 1
+    runs.compile("moved", _vector_add())
+    assert runs.why("moved") == [[f"source moved from line {before} to {after}, body unchanged"]]
+
+
+def test_a_rerun_with_no_change_reports_no_compile(tmp_path):
+    runs = Runs(tmp_path)
+    runs.compile("base", _vector_add())
+    runs.compile("rerun", _vector_add())
+    assert runs.why("rerun") == []
+    done = runs.misses("rerun")
+    assert done.returncode == 0 and done.stdout == "no compile in rerun\n", done.stdout + done.stderr
+
+
+def test_compiles_after_warmup_fail_the_gate_and_warmup_compiles_do_not(tmp_path):
+    runs = Runs(tmp_path)
+    runs.compile("serve", _vector_add(), {"KDB_CAPTURE_PHASE": "warmup"})
+    gate = runs.misses("serve", "--after-warmup", "--fail")
+    assert gate.returncode == 0 and gate.stdout == "no compile after warm-up in serve\n", gate.stdout + gate.stderr
+    config = _vector_add()
+    config["constexprs"]["BLOCK"] = 512
+    runs.compile("serve", config, {"KDB_CAPTURE_PHASE": "serving"})
+    gate = runs.misses("serve", "--after-warmup", "--fail", "--format", "json")
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    listed = json.loads(gate.stdout)["compiles"]
+    assert [(c["phase"], c["after_warmup"], c["differs"]) for c in listed] == [
+        ("serving", True, ["constexpr BLOCK 1024→512"])
+    ]
+    everything = json.loads(runs.misses("serve", "--format", "json").stdout)["compiles"]
+    assert [c["after_warmup"] for c in everything] == [True, False]  # after warm-up first
+
+
+def test_end_warmup_reaches_a_worker_started_later(tmp_path):
+    """`kdb.capture.end_warmup()` in a parent: a compile worker it starts afterwards records the serving phase."""
+    runs = Runs(tmp_path)
+    runs.compile("pre", _vector_add())
+    parent = (
+        "import subprocess, sys\n"
+        "import kdb.capture\n"
+        "kdb.capture.end_warmup()\n"
+        "sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)\n"
+    )
+    config = _vector_add()
+    config["options"]["num_warps"] = 2
+    runs.compile("pre", config, python=parent)
+    gate = runs.misses("pre", "--after-warmup", "--fail", "--format", "json")
+    assert gate.returncode == 1 and [c["differs"] for c in json.loads(gate.stdout)["compiles"]] == [
+        ["num_warps 4→2"]
+    ], gate.stdout
+
+
+def _other_release_python() -> str:
+    local = LOCAL_TOOLCHAINS / f"t{OTHER_RELEASE}" / "bin" / "python"
+    if local.exists():
+        return str(local)
+    from kdb.replay import toolchains
+
+    return toolchains.add(TOOLCHAIN_CACHE, OTHER_RELEASE).python  # made once (pip), then reused
+
+
+@pytest.mark.sweep
+def test_another_triton_release_is_named(tmp_path):
+    import triton
+
+    python = _other_release_python()
+    version = subprocess.run(
+        [python, "-c", "import triton; print(triton.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert version == OTHER_RELEASE != triton.__version__
+    runs = Runs(tmp_path)
+    runs.compile("base", _vector_add())
+    runs.compile("next", _vector_add(), python=python)
+    assert runs.why("next") == [[f"Triton {triton.__version__} → {version}"]]
