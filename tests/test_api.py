@@ -45,8 +45,14 @@ def test_import_kdb_stays_cheap_and_the_public_names_are_listed_once() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"  # kdb.open imports kdb.api on its first call
+    # kdb.api imports its submodules on first use (PEP 562): the package alone reads no catalog, diff or ingest code
+    code = "import sys, kdb.api; print(sorted(m for m in sys.modules if m.startswith(('duckdb', 'typer', 'kdb.'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['kdb.api', 'kdb.errors']"
     import kdb.api
 
+    for name in kdb.api.__all__:
+        getattr(kdb.api, name)  # a lazy name is in vars() once it is used
     assert kdb.api.__all__ == [
         "CatalogBusy",
         "Diff",

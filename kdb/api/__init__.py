@@ -40,8 +40,8 @@ These names are the whole public API; every other module of kdb is internal and 
 
 from __future__ import annotations
 
-from kdb.api._db import Kdb, open
-from kdb.api._results import Diff, Kernel, Snapshot
+import typing as _typing
+
 from kdb.errors import (
     CatalogBusy,
     ExitCode,
@@ -52,6 +52,32 @@ from kdb.errors import (
     UntrustedComparison,
     UsageError,
 )
+
+if _typing.TYPE_CHECKING:
+    from kdb.api._db import Kdb, open
+    from kdb.api._results import Diff, Kernel, Snapshot
+
+# Imported on first use (PEP 562): `import kdb.api`, which every CLI command pays for, reads no catalog module,
+# no diff model and no ingest; the CLI imports the parts a command runs.
+_LAZY = {
+    "Kdb": "kdb.api._db",
+    "open": "kdb.api._db",
+    "Diff": "kdb.api._results",
+    "Kernel": "kdb.api._results",
+    "Snapshot": "kdb.api._results",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CatalogBusy",

@@ -9,10 +9,13 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kdb.errors import UsageError
-from kdb.store.catalog import Catalog
 from kdb.store.home import Home, resolve_home, resolve_shared
+
+if TYPE_CHECKING:
+    from kdb.store.catalog import Catalog
 
 # (files done, files, bytes done, bytes) as kernel folders are stored (kdb.ingest.snapshot.ingest's `progress`)
 Progress = Callable[[int, int, int, int], None]
@@ -59,7 +62,10 @@ class Session:
         return cls(shared_home or local_home, local_home, shared_home, wait_s, notice, progress)
 
     def reader(self) -> Catalog:
-        """The home's catalog, read-only, waiting `wait_s` for a writer."""
+        """The home's catalog, read-only, waiting `wait_s` for a writer (duckdb is imported here, when a command
+        first opens a catalog)."""
+        from kdb.store.catalog import Catalog
+
         return Catalog.open(self.home.catalog, read_only=True, wait_s=self.wait_s)
 
     def record_captures(self, *tags: str, home: Home | None = None) -> None:

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from kdb.api._session import Session
 from kdb.errors import TagError, UsageError
-from kdb.store.catalog import Catalog
 
 if TYPE_CHECKING:
     from kdb.diff.sides import Side
     from kdb.store.blobs import BlobStore
+    from kdb.store.catalog import Catalog
 
 TAG_PREFIX = "tag:"  # `kdb diff tag:NAME …`: the snapshot NAME, whatever directory is called NAME
 
@@ -65,6 +65,7 @@ def open_source(session: Session, ref: str, *, directories: bool = True) -> Iter
     if not path.is_dir():
         raise TagError(f"{ref!r} is neither a snapshot tag (see `kdb tags`) nor a cache directory")
     from kdb.ingest.temporary import temporary_snapshot
+    from kdb.store.catalog import Catalog
 
     with (
         session.directory_progress(path) as progress,

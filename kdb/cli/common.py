@@ -4,15 +4,17 @@ format option and the printing primitives. Command modules import this, never kd
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kdb.api._commands import VERSION
-from kdb.api._session import Session
+from kdb.api._version import VERSION
 from kdb.cli.terminal import page_text
 from kdb.errors import UsageError
 from kdb.render import tables
+
+if TYPE_CHECKING:
+    from kdb.api._session import Session
 
 app = typer.Typer(
     add_completion=True,

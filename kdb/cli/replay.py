@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from kdb.api import _replay as replays
 from kdb.cli.common import _fmt, _out, app, state
 from kdb.render import replay as render
 
@@ -29,6 +28,8 @@ def toolchain_add(
     ] = None,
 ) -> None:
     """Register an interpreter with Triton VERSION, or make one under the kdb home with pip."""
+    from kdb.api import _replay as replays  # imported when the command runs: replay loads the ingest
+
     _out(render.render_toolchain_change(replays.toolchain_add(state.session, version, python), "added"))
 
 
@@ -37,12 +38,16 @@ def toolchain_list(
     fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table or json")] = "table",
 ) -> None:
     """The registered toolchains."""
+    from kdb.api import _replay as replays
+
     _out(render.render_toolchains(replays.toolchain_list(state.session), _fmt(fmt, ("table", "json"))))
 
 
 @toolchain_app.command("rm", epilog=render.TOOLCHAIN_EPILOG)
 def toolchain_rm(version: VersionArg) -> None:
     """Forget a toolchain (and delete its environment when kdb made it)."""
+    from kdb.api import _replay as replays
+
     _out(render.render_toolchain_change(replays.toolchain_rm(state.session, version), "removed"))
 
 
@@ -64,6 +69,8 @@ def replay(
     A value the user set is kept; an option at its release's default takes VERSION's default; an option VERSION
     lacks is dropped and said. A kernel that cannot be replayed is a problem of NEW with the compiler's first error
     line. Exit 1 when some kernel could not be replayed."""
+    from kdb.api import _replay as replays
+
     fmt = _fmt(fmt, ("table", "json"))
     request = replays.ReplayRequest(source, triton, tag, target, max(1, jobs), timeout, None, replace)
     document = render.replay_document(replays.replay(state.session, request))
@@ -86,6 +93,8 @@ def bisect(
     """For the kernels that changed between A and B, the first release where each figure changed.
 
     A's kernels are replayed from their stored TTIR with every registered toolchain after A's release up to B's."""
+    from kdb.api import _replay as replays
+
     fmt = _fmt(fmt, ("table", "markdown", "json"))
     request = replays.BisectRequest(a, b, kernel, max(1, jobs), timeout)
     _out(render.render_bisect(render.bisect_document(replays.bisect(state.session, request)), fmt))
