@@ -79,8 +79,7 @@ def source_parts(src: Any) -> dict[str, Any]:
     out["def_line"] = start + below if isinstance(start, int) else None
     body = getattr(fn, "src", None)
     if isinstance(body, str):
-        out["body_digest"] = _digest(body)
-        out["body_digest_without_paths"] = _digest(_PATHS.sub("<path>", body))
+        out["body_digest"], out["body_digest_without_paths"] = _body_digests(body)
     key = getattr(fn, "cache_key", None)
     out["function_key"] = key[:16] if isinstance(key, str) else None
     names = list(getattr(fn, "arg_names", None) or [])
@@ -97,6 +96,17 @@ def source_parts(src: Any) -> dict[str, Any]:
     return out
 
 
+_bodies: dict[str, tuple[str, str]] = {}
+
+
+def _body_digests(body: str) -> tuple[str, str]:
+    """The body's digest, and its digest with every absolute path replaced (once per body text and process)."""
+    found = _bodies.get(body)
+    if found is None:
+        found = _bodies[body] = (_digest(body), _digest(_PATHS.sub("<path>", body)))
+    return found
+
+
 def _attrs(fn: Any, attrs: Any) -> dict[str, str]:
     """3.3+: {(index,): [["tt.divisibility", 16]]}; older releases: an AttrsDescriptor (its text, per release)."""
     if isinstance(attrs, dict):
@@ -108,36 +118,29 @@ def _attrs(fn: Any, attrs: Any) -> dict[str, str]:
     return {"(all)": str(attrs)} if attrs is not None else {}
 
 
-def metadata_parts(metadata: dict[str, Any], option_names: frozenset[str] | None) -> dict[str, Any]:
-    """The compile's metadata (the JSON Triton stores): key, target, Triton version, options and env variables.
-    Without the backend's option names (a release kdb cannot ask), every lower-case field that is not a result of
-    the compile is kept, and `options_from` says so."""
+def target_text(metadata: dict[str, Any]) -> str | None:
+    """`hip:gfx942:64`: the metadata's target (a GPUTarget in memory, a dict in the stored JSON)."""
     target = metadata.get("target")
     if isinstance(target, dict):
         target = [target.get("backend"), target.get("arch"), target.get("warp_size")]
     elif target is not None and not isinstance(target, list | tuple):
         target = [getattr(target, "backend", None), getattr(target, "arch", None), getattr(target, "warp_size", None)]
+    return ":".join(str(t) for t in target) if target else None
+
+
+def metadata_parts(metadata: dict[str, Any], option_names: frozenset[str] | None) -> dict[str, Any]:
+    """The compile's metadata (the JSON Triton stores): key, target, Triton version, the backend's options (none
+    without their names: a release kdb cannot ask, said in `not_exposed`) and the env variables in the key."""
     env = {k: str(v) for k, v in metadata.items() if k.isupper()}
-    names = sorted(option_names or ())
-    options = {k: _jsonable(metadata[k]) for k in names if k in metadata}
+    options = {k: metadata[k] for k in sorted(option_names or ()) if k in metadata}  # JSON-encoded by the sink
     return {
         "cache_key": metadata.get("hash"),
-        "target": ":".join(str(t) for t in target) if target else None,
+        "target": target_text(metadata),
         "triton_version": metadata.get("triton_version"),
         "options": options,
         "env": env,
         "env_raw": {k: os.environ.get(k) for k in env},
     }
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
 
 
 # -- the running Triton: its backend's option names and hash, its own key (each once per process and target) ----------
@@ -168,26 +171,33 @@ def _backend(target_text: str | None, metadata: dict[str, Any]) -> tuple[frozens
     return names, digest
 
 
+_triton_keys: list[str | None] = []
+
+
 def _triton_key() -> str | None:
-    cache = sys.modules.get("triton.runtime.cache") or sys.modules.get("triton.compiler.compiler")
-    fn = getattr(cache, "triton_key", None)
-    try:
-        return _digest(fn()) if fn is not None else None  # lru-cached by Triton: computed once per process
-    except Exception:  # noqa: BLE001
-        return None
+    """A digest of Triton's own key (its version and sources), once per process."""
+    if not _triton_keys:
+        cache = sys.modules.get("triton.runtime.cache") or sys.modules.get("triton.compiler.compiler")
+        fn = getattr(cache, "triton_key", None)
+        try:
+            _triton_keys.append(_digest(fn()) if fn is not None else None)
+        except Exception:  # noqa: BLE001 - a release without it: said in the record's not_exposed
+            _triton_keys.append(None)
+    return _triton_keys[0]
 
 
-def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str) -> dict[str, Any]:
-    """One compile's record (`how`: "listener", "compile frame", "metadata"): pure but for the running Triton."""
-    meta = dict(metadata)
-    target = metadata_parts(meta, None)["target"]
-    option_names, backend_hash = _backend(target, meta)
+def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str, folder: str | None = None) -> dict[str, Any]:
+    """One compile's record (`how`: "listener", "compile frame", "metadata"; `folder`: the cache folder's name, the
+    key Triton's cache manager was made with): pure but for the running Triton."""
+    meta = metadata
+    option_names, backend_hash = _backend(target_text(meta), meta)
     parts = metadata_parts(meta, option_names)
     record: dict[str, Any] = {"v": RECORD_VERSION, "time": time.time(), "pid": os.getpid()}
     record["phase"] = os.environ.get(PHASE_ENV) or None
     record["hit"] = hit
     record["how"] = how
     record.update(parts)
+    record["folder"] = folder
     record["name"] = meta.get("name")
     if src is not None:
         record.update(source_parts(src))
@@ -238,9 +248,9 @@ def keys_folder(capture_root: Path, tag: str) -> Path:
     return capture_root / "keys" / tag
 
 
-def _write(src: Any, metadata: dict[str, Any], hit: bool, how: str) -> None:
+def _write(src: Any, metadata: dict[str, Any], hit: bool, how: str, folder: str | None = None) -> None:
     try:
-        _sink.write(build_record(src, metadata, hit, how))
+        _sink.write(build_record(src, metadata, hit, how, folder))
     except Exception as exc:  # noqa: BLE001 - recording never breaks a compile
         from kdb.capture.cache import say
         from kdb.capture.recording import one_line
@@ -256,7 +266,9 @@ class _Listener:
     def __call__(
         self, *, src: Any, metadata: Any, metadata_group: Any, times: Any, cache_hit: bool, **more: Any
     ) -> Any:
-        _write(src, metadata if isinstance(metadata, dict) else {}, bool(cache_hit), "listener")
+        paths = list(metadata_group.values()) if isinstance(metadata_group, dict) else []
+        folder = Path(str(paths[0])).parent.name if paths else None
+        _write(src, metadata if isinstance(metadata, dict) else {}, bool(cache_hit), "listener", folder)
         if self.after is not None:
             return self.after(
                 src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **more
@@ -313,4 +325,4 @@ def group_seen(key: str, metadata_path: str | None, hit: bool) -> None:
         metadata = json.loads(Path(metadata_path).read_text()) if metadata_path else {}
     except (OSError, ValueError):
         metadata = {}
-    _write(src, metadata, hit, "metadata" if src is None else "compile frame")
+    _write(src, metadata, hit, "metadata" if src is None else "compile frame", key)
