@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import linecache
 import os
 import re
 import sys
@@ -73,10 +74,7 @@ def source_parts(src: Any) -> dict[str, Any]:
         return out
     code = getattr(getattr(fn, "fn", None), "__code__", None)
     out["file"] = getattr(code, "co_filename", None)
-    start = getattr(fn, "starting_line_number", None)  # Triton's: the first decorator's line
-    raw = getattr(fn, "raw_src", None) or []
-    below = next((i for i, line in enumerate(raw) if line.lstrip().startswith(("def ", "async def "))), 0)
-    out["def_line"] = start + below if isinstance(start, int) else None
+    out["def_line"] = _def_line(out["file"], getattr(fn, "starting_line_number", None))
     body = getattr(fn, "src", None)
     if isinstance(body, str):
         out["body_digest"], out["body_digest_without_paths"] = _body_digests(body)
@@ -94,6 +92,17 @@ def source_parts(src: Any) -> dict[str, Any]:
     attrs = getattr(src, "attrs", None)
     out["attrs"] = _attrs(fn, attrs)
     return out
+
+
+def _def_line(file: str | None, start: Any) -> int | None:
+    """The `def` line: Triton's starting line is its first decorator's; the file's lines (linecache) tell below."""
+    if not isinstance(start, int):
+        return None
+    lines = linecache.getlines(file) if file else []
+    for number in range(start, min(start + 64, len(lines) + 1)):
+        if lines[number - 1].lstrip().startswith(("def ", "async def ")):
+            return number
+    return start
 
 
 _bodies: dict[str, tuple[str, str]] = {}
@@ -177,8 +186,8 @@ _triton_keys: list[str | None] = []
 def _triton_key() -> str | None:
     """A digest of Triton's own key (its version and sources), once per process."""
     if not _triton_keys:
-        cache = sys.modules.get("triton.runtime.cache") or sys.modules.get("triton.compiler.compiler")
-        fn = getattr(cache, "triton_key", None)
+        where = (sys.modules.get(m) for m in ("triton.runtime.cache", "triton.compiler.compiler"))  # 3.4+, older
+        fn = next((f for f in (getattr(m, "triton_key", None) for m in where) if f is not None), None)
         try:
             _triton_keys.append(_digest(fn()) if fn is not None else None)
         except Exception:  # noqa: BLE001 - a release without it: said in the record's not_exposed

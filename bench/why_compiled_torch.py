@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Why did it compile (issue 42) on a real `torch.compile` workload on a GPU: the same scenario run twice through
+kdb's Triton cache manager, each run a fresh process with a fresh TORCHINDUCTOR_CACHE_DIR, then every compile of
+the second run checked against `kdb capture misses --format json` and against the two runs' stored artifacts.
+
+Per scenario (corpus/profiles/make_profiles.py, run by bench/capture_torch.py's phase runner):
+  why1  KDB_CAPTURE_TAG=why1-<s>: Inductor generates and Triton compiles every kernel
+  why2  KDB_CAPTURE_TAG=why2-<s>: a fresh Inductor cache again; what Triton compiles now (not served by kdb) is what
+        `kdb capture misses --tag why2-<s>` must explain
+Checks, each written to OUT/why_compiled_torch.json:
+  explained     every folder run 2 compiled (its snapshot's folders less run 1's, from the catalog) has a
+                compile listed by `kdb capture misses`, and every listed compile a folder; none says the key differs in
+                a part kdb could not read, or is a first compile of a kernel run 1 compiled too
+  right part    for each listed compile whose nearest is a run-1 folder, the two stored TTIRs (`kdb cat`) compared:
+                identical, or identical once the paths in debug locations are replaced; when identical either way, the
+                parts named must be ones that leave the TTIR unchanged (not a constexpr, an argument type or
+                attribute, or a changed kernel body); when they differ only in location paths, a part named must be
+                the source or a path (`source moved …`, `… differs only in a path`, a function it calls changed)
+
+Usage (device machine):  python3 bench/why_compiled_torch.py --work W --out OUT [--scenario resnet18_infer ...]
+         (no GPU: --help, and the import check `python3 bench/why_compiled_torch.py --check`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Parts whose change changes the TTIR: a kernel whose TTIR is identical cannot have compiled for one of these.
+TTIR_CHANGING = re.compile(r"^(constexpr |arg \d+ (dtype|type|attributes) |kernel source changed)")
+# Parts that name the source's place or a path: what a TTIR differing only in location paths should be named by.
+SOURCE_OR_PATH = re.compile(r"(source moved|differs only in a path|a function it calls|kernel source changed)")
+UNEXPLAINED = ("does not expose", "no part kdb records does")
+_LOC_PATH = re.compile(r'loc\("[^"]*"')
+
+
+def _capture_torch():
+    spec = importlib.util.spec_from_file_location("capture_torch", ROOT / "bench" / "capture_torch.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _json(done) -> object:  # noqa: ANN001 - a CompletedProcess
+    text = done.stdout.strip()
+    return json.loads(text) if text[:1] in "[{" else None
+
+
+def _ttir(ct, home: Path, tag: str | None, folder: str | None, kernel: str | None) -> str | None:  # noqa: ANN001
+    if not (tag and folder and kernel):
+        return None
+    done = ct._kdb(home, "cat", tag, f"{folder}/{kernel}.ttir")
+    return done.stdout if done.returncode == 0 else None
+
+
+def _folders(ct, home: Path, tag: str) -> set[str] | None:  # noqa: ANN001
+    rows = _json(
+        ct._kdb(
+            home,
+            "sql",
+            f"SELECT k.cache_key FROM kernels k JOIN snapshots s USING (snapshot_id) WHERE s.tag = '{tag}'",
+            "--format",
+            "json",
+        )
+    )
+    return {r["cache_key"] for r in rows} if isinstance(rows, list) else None
+
+
+def _compiled_folders(ct, home: Path, tag1: str, tag2: str) -> set[str] | None:  # noqa: ANN001
+    """Run 2's snapshot's folders less run 1's (a folder of both was served to run 2 from run 1): what Triton
+    compiled in run 2, read from the catalog (the artifacts), not from kdb's records."""
+    one, two = _folders(ct, home, tag1), _folders(ct, home, tag2)
+    return None if one is None or two is None else two - one
+
+
+def check(entry: dict, ttir_a: str | None, ttir_b: str | None) -> dict:
+    """One compile of run 2 against its nearest of run 1: are the parts named consistent with the two TTIRs?"""
+    named = entry["differs"]
+    out = {"kernel": entry["kernel"], "folder": entry["folder"], "differs": named}
+    if ttir_a is None or ttir_b is None:
+        out["ttir"] = "unavailable"
+        return out
+    if ttir_a == ttir_b:
+        out["ttir"] = "identical"
+        out["right"] = not any(TTIR_CHANGING.match(w) for w in named)
+    elif _LOC_PATH.sub('loc("<path>"', ttir_a) == _LOC_PATH.sub('loc("<path>"', ttir_b):
+        out["ttir"] = "identical but for location paths"
+        out["right"] = any(SOURCE_OR_PATH.search(w) for w in named) and not any(
+            TTIR_CHANGING.match(w) and "kernel source changed" not in w for w in named
+        )
+    else:
+        out["ttir"] = "different"
+    return out
+
+
+def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: ANN001
+    home = work / "home"
+    result: dict = {"scenario": scenario, "phases": []}
+    for run in ("why1", "why2"):
+        stats = work / f"stats-{scenario}-{run}"
+        shutil.rmtree(stats, ignore_errors=True)
+        env = {
+            "TRITON_CACHE_MANAGER": "kdb.capture:CacheManager",
+            "KDB_HOME": str(home),
+            "KDB_CAPTURE_TAG": f"{run}-{scenario}",
+            "KDB_CAPTURE_STATS": str(stats),
+        }
+        phase = ct._phase(scenario, work, env, run)
+        phase["counters"] = ct._counters(stats)
+        result["phases"].append(phase)
+    tag1, tag2 = f"why1-{scenario}", f"why2-{scenario}"
+    for tag in (tag1, tag2):  # whatever an exit left spooled
+        ct._kdb(home, "capture", "commit", "--tag", tag)
+    done = ct._kdb(home, "capture", "misses", "--tag", tag2, "--format", "json")
+    (out / f"misses-{scenario}.json").write_text(done.stdout)
+    document = _json(done)
+    if not isinstance(document, dict):
+        result["misses_error"] = done.stderr[-1500:]
+        return result
+    compiles = document["compiles"]
+    listed = {c["folder"] for c in compiles}
+    compiled = _compiled_folders(ct, home, tag1, tag2)
+    names1 = {
+        c["kernel"]
+        for c in (_json(ct._kdb(home, "capture", "misses", "--tag", tag1, "--format", "json")) or {}).get(
+            "compiles", []
+        )
+    }
+    result["run2_compiles_listed"] = len(compiles)
+    result["run2_folders_compiled"] = None if compiled is None else len(compiled)
+    result["compiled_not_listed"] = None if compiled is None else sorted(compiled - listed)[:50]
+    result["listed_not_compiled"] = None if compiled is None else sorted(listed - compiled)[:50]
+    result["unexplained"] = [c for c in compiles if any(u in w for w in c["differs"] for u in UNEXPLAINED)]
+    result["first_compile_of_a_run1_kernel"] = [
+        c["kernel"] for c in compiles if c["differs"] == ["first compile of this kernel"] and c["kernel"] in names1
+    ]
+    result["reasons"] = dict(
+        Counter(w.split(" ")[0] if not w.startswith("source") else w for c in compiles for w in c["differs"])
+    )
+    checks = []
+    for c in compiles:
+        if c["nearest_tag"] != tag1:
+            continue
+        ttir_a = _ttir(ct, home, tag1, c["nearest_folder"], c["kernel"])
+        ttir_b = _ttir(ct, home, tag2, c["folder"], c["kernel"])
+        checks.append(check(c, ttir_a, ttir_b))
+    result["ttir_checks"] = dict(Counter(k["ttir"] for k in checks))
+    result["ttir_same_named_wrong"] = [k for k in checks if k.get("right") is False]
+    result["ttir_same_named_right"] = sum(1 for k in checks if k.get("right") is True)
+    result["ttir_same_examples"] = [k for k in checks if k.get("right") is True][:10]
+    result["all_explained"] = (
+        compiled is not None
+        and not result["compiled_not_listed"]
+        and not result["listed_not_compiled"]
+        and not result["unexplained"]
+        and not result["first_compile_of_a_run1_kernel"]
+    )
+    result["all_right"] = not result["ttir_same_named_wrong"]
+    table = ct._kdb(home, "capture", "misses", "--tag", tag2, "--format", "markdown")
+    (out / f"misses-{scenario}.md").write_text(table.stdout)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="issue 42 on a real torch.compile workload, run twice")
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--scenario", action="append")
+    parser.add_argument("--check", action="store_true", help="import what the run needs, and stop (no GPU)")
+    args = parser.parse_args()
+    ct = _capture_torch()
+    if args.check:
+        import kdb.capture.misses  # noqa: F401
+
+        print("ok: bench/capture_torch.py and kdb.capture.misses import")
+        return 0
+    if args.work is None or args.out is None:
+        parser.error("--work and --out are required")
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for scenario in args.scenario or ["resnet18_infer", "mlp_train"]:
+        results.append(scenario_check(ct, scenario, args.work, args.out))
+        (args.out / "why_compiled_torch.json").write_text(json.dumps(results, indent=1))
+        print(json.dumps(results[-1], indent=1)[:4000], flush=True)
+    return 0 if all(r.get("all_explained") and r.get("all_right") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
