@@ -24,12 +24,12 @@ def render_misses(document: dict[str, Any], fmt: str, width: int | None = None) 
             "after warm-up" if c["after_warmup"] else (c["phase"] or "-"),
             c["kernel"],
             c["def_line"] if c["def_line"] is not None else "",
-            (c["cache_key"] or "")[:12],
+            (c["folder"] or c["cache_key"] or "")[:12],  # the folder: what `kdb show T --kernel KEY` takes
             "; ".join(c["differs"]),
         ]
         for c in compiles
     ]
-    after = document["after_warmup_count"]
-    head = f"{len(compiles)} compiles {scope}in {document['tag']} ({after} after warm-up)\n"
+    after = "" if scope else f" ({document['after_warmup_count']} after warm-up)"
+    head = f"{len(compiles)} compiles {scope}in {document['tag']}{after}\n"
     body = render_rows(list(MISSES_COLUMNS), rows, fmt, width=width)
     return (head + "\n" if fmt == "markdown" else head) + body
