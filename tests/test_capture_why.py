@@ -219,3 +219,37 @@ def test_another_triton_release_is_named(tmp_path):
     runs.compile("base", _vector_add())
     runs.compile("next", _vector_add(), python=python)
     assert runs.why("next") == [[f"Triton {triton.__version__} → {version}"]]
+
+
+def test_a_listener_the_user_set_keeps_being_called(tmp_path):
+    """kdb's listener is chained in front of the user's: the user's sees every compile of the process, and kdb
+    records every one (the first from its compile's own call: Triton read the listener before it loaded kdb)."""
+    runs = Runs(tmp_path)
+    seen = tmp_path / "seen.txt"
+    second = _vector_add()
+    second["constexprs"]["BLOCK"] = 256
+    later = tmp_path / "second.json"
+    later.write_text(json.dumps({**SPEC, "configs": [second], "results": str(tmp_path / "second.jsonl")}))
+    user = (
+        "import runpy, sys\n"
+        "from triton import knobs\n"
+        f"def mine(**kw): open({str(seen)!r}, 'a').write(str(kw['cache_hit']) + chr(10))\n"
+        "knobs.compilation.listener = mine\n"
+        "program = sys.argv[1]\n"
+        f"for spec in (sys.argv[2], {str(later)!r}):\n"
+        "    sys.argv = [program, spec]\n"
+        "    try:\n"
+        "        runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "    except SystemExit as exc:\n"
+        "        assert not exc.code, exc.code\n"
+    )
+    runs.compile("mine", _vector_add(), python=user)
+    assert "cache_key" in (tmp_path / "second.jsonl").read_text()
+    assert seen.read_text().splitlines() == ["False", "False"]
+    assert runs.why("mine") == [["first compile of this kernel"], ["constexpr BLOCK 1024→256"]]
+    records = [
+        json.loads(line)
+        for path in (runs.home / "capture" / "keys" / "mine").glob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+    assert [r["how"] for r in records] == ["compile frame", "listener"]
