@@ -12,10 +12,11 @@ Checks, each written to OUT/why_compiled_torch.json:
                 compile listed by `kdb capture misses`, and every listed compile a folder; none says the key differs in
                 a part kdb could not read, or is a first compile of a kernel run 1 compiled too
   right part    for each listed compile whose nearest is a run-1 folder, the two stored TTIRs (`kdb cat`) compared:
-                identical, or identical once the paths in debug locations are replaced; when identical either way, the
-                parts named must be ones that leave the TTIR unchanged (not a constexpr, an argument type or
-                attribute, or a changed kernel body); when they differ only in location paths, a part named must be
-                the source or a path (`source moved …`, `… differs only in a path`, a function it calls changed)
+                identical: the parts named must be ones that leave the TTIR unchanged (not a constexpr, an argument
+                type or attribute, or a changed kernel body); identical once the paths in debug locations are
+                replaced: a part named must be the source or a path (`source moved …`, `… differs only in a path`, a
+                function it calls changed); identical once debug locations are dropped: no part named may be one that
+                changes the code (a constexpr, an argument type or attribute)
 
 Usage (device machine):  python3 bench/why_compiled_torch.py --work W --out OUT [--scenario resnet18_infer ...]
          (no GPU: --help, and the import check `python3 bench/why_compiled_torch.py --check`)
@@ -39,6 +40,12 @@ TTIR_CHANGING = re.compile(r"^(constexpr |arg \d+ (dtype|type|attributes) |kerne
 SOURCE_OR_PATH = re.compile(r"(source moved|differs only in a path|a function it calls|kernel source changed)")
 UNEXPLAINED = ("does not expose", "no part kdb records does")
 _LOC_PATH = re.compile(r'loc\("[^"]*"')
+_LOC_USE = re.compile(r'\s?loc\((#loc\d*|unknown|"[^"]*":\d+:\d+)\)')
+
+
+def _without_locations(ttir: str) -> str:
+    """The TTIR with its debug locations dropped: the `#locN = loc(...)` lines and every `loc(...)` use."""
+    return _LOC_USE.sub("", "\n".join(line for line in ttir.splitlines() if not line.startswith("#loc")))
 
 
 def _capture_torch():
@@ -96,6 +103,9 @@ def check(entry: dict, ttir_a: str | None, ttir_b: str | None) -> dict:
         out["right"] = any(SOURCE_OR_PATH.search(w) for w in named) and not any(
             TTIR_CHANGING.match(w) and "kernel source changed" not in w for w in named
         )
+    elif _without_locations(ttir_a) == _without_locations(ttir_b):
+        out["ttir"] = "identical but for debug locations"  # lines too: a part named must not change the code
+        out["right"] = not any(TTIR_CHANGING.match(w) and "kernel source changed" not in w for w in named)
     else:
         out["ttir"] = "different"
     return out
