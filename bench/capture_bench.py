@@ -56,7 +56,8 @@ DATASETS = {
     "t3.6.0-sm90": CORPUS / "snapshots" / "t3.6.0-sm90.tar.zst",
     "resnet18-gfx942": CORPUS / "inductor" / "amd" / "resnet18_infer_maxautotune-t3.6.0-gfx942.tar.zst",
 }
-MANAGERS = ("triton", "kdb")
+MANAGERS: tuple[str, ...] = ("triton", "kdb")  # + "base" with --baseline
+BASELINE: Path | None = None  # a checkout of the kdb the "base" manager runs (PYTHONPATH)
 
 
 # -- data -------------------------------------------------------------------------------------------------
@@ -93,7 +94,7 @@ def kernel_folders(root: Path) -> list[dict]:
 def _manager_class(which: str):
     import triton.runtime.cache  # noqa: F401 - imported in any process Triton compiles in, before its first put
 
-    if which == "kdb":
+    if which != "triton":
         from kdb.capture import CacheManager
 
         return CacheManager
@@ -113,7 +114,7 @@ def worker_put(which: str, folders: list[dict], profile: str | None) -> dict:
     manager = _manager_class(which)
     commits: list[float] = []
     startup = 0.0
-    if which == "kdb":
+    if which != "triton":
         from kdb.capture import cache
 
         real_commit = cache.Capture.commit
@@ -165,7 +166,7 @@ def worker_put(which: str, folders: list[dict], profile: str | None) -> dict:
         "folder_s": folder_total,
         "startup_s": startup,
     }
-    if which == "kdb":
+    if which != "triton":
         from kdb.capture import cache
 
         during = len(commits)
@@ -173,6 +174,7 @@ def worker_put(which: str, folders: list[dict], profile: str | None) -> dict:
         t0 = time.perf_counter()
         cache._at_exit()  # the exit commit (whatever is still spooled), as atexit would run it
         out["exit_commit_s"] = time.perf_counter() - t0
+        out["detached"] = getattr(cache._capture, "detached", None)
         cache._capture = None  # the registered hook then finds nothing to do
         out["commits_s"] = commits[:during]
         out["commit_s"] = sum(commits[:during])
@@ -192,7 +194,7 @@ def _read_like_compiled_kernel(group: dict[str, str]) -> int:
 def worker_hit(which: str, folders: list[dict], profile: str | None) -> dict:
     manager = _manager_class(which)
     startup = 0.0
-    if which == "kdb":
+    if which != "triton":
         from kdb.capture import cache
 
         t0 = time.perf_counter()
@@ -213,13 +215,14 @@ def worker_hit(which: str, folders: list[dict], profile: str | None) -> dict:
             prof.disable()
             prof.dump_stats(profile)
     out = {"folders": len(folders), "first_s": passes[0], "again_s": passes[1], "startup_s": startup}
-    if which == "kdb":
+    if which != "triton":
         from kdb.capture import cache
 
         out["stats"] = dict(cache.stats())
         t0 = time.perf_counter()
         cache._at_exit()  # the folders it was served join the tag's snapshot
         out["exit_commit_s"] = time.perf_counter() - t0
+        out["detached"] = getattr(cache._capture, "detached", None)
         cache._capture = None
     return out
 
@@ -230,8 +233,9 @@ def worker_hit(which: str, folders: list[dict], profile: str | None) -> dict:
 def env_for(which: str, run_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KDB_", "TRITON_"))}
     env["TRITON_CACHE_DIR"] = str(run_dir / "triton")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    if which == "kdb":
+    code = str(BASELINE) if which == "base" else str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))
+    if which != "triton":
         env |= {"KDB_HOME": str(run_dir / "kdb"), "KDB_CAPTURE_TAG": "bench"}
     return env
 
@@ -245,7 +249,21 @@ def run_worker(mode: str, which: str, spec: Path, run_dir: Path, profile: Path |
         raise SystemExit(f"{mode} {which} failed (rc {done.returncode}):\n{done.stderr[-3000:]}")
     if done.stderr.strip():
         print(f"  [{mode} {which} stderr] {done.stderr.strip()[-500:]}", file=sys.stderr)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    wait_for(out.get("detached"))
+    return out
+
+
+def wait_for(pid: int | None, limit_s: float = 120.0) -> None:
+    """The exit commit a kdb process left to a detached `kdb capture commit` (not timed: after the process ended)
+    ends before the next measured process starts, which it would otherwise compete with for the 2 cores."""
+    deadline = time.monotonic() + limit_s
+    while pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def tree_usage(paths: list[Path]) -> dict:
@@ -302,10 +320,12 @@ def bench_dataset(name: str, work: Path, repeat: int, profile: bool) -> dict:
             run_dir.mkdir(parents=True)
             r = run_worker("put", which, spec, run_dir)
             puts[which].append(r)
-            extra = f", commits {r['commit_s']:.2f} s" if which == "kdb" else ""
+            extra = f", commits {r['commit_s']:.2f} s" if which != "triton" else ""
             print(f"  put #{i + 1} {which}: {r['folder_s']:.2f} s{extra}", flush=True)
     kdb_dir, tri_dir = work / name / "kdb", work / name / "triton"
     usage = {"kdb": kdb_usage(kdb_dir / "kdb"), "triton": tree_usage([tri_dir / "triton"])}
+    if "base" in MANAGERS:
+        usage["base"] = kdb_usage(work / name / "base" / "kdb")
     hits: dict[str, list[dict]] = {m: [] for m in MANAGERS}
     for which in MANAGERS:
         run_worker("hit", which, spec, work / name / which)  # page cache warm; kdb: its exit commit adopts
@@ -351,7 +371,7 @@ def summarize(res: dict) -> dict:
             "disk_mb": res["usage"][which]["disk_bytes"] / 1e6,
             "apparent_mb": res["usage"][which]["apparent_bytes"] / 1e6,
         }
-        if which == "kdb":
+        if which != "triton":
             commits = p["commits_s"]
             tenth = max(1, len(commits) // 10)
             row |= {
@@ -366,6 +386,7 @@ def summarize(res: dict) -> dict:
                 "commits": p["stats"].get("commits", 0),
                 "commits_deferred": p["stats"].get("commits_deferred", 0),
                 "hit_store_reads": h["stats"].get("store_reads", 0),
+                "hit_served": h["stats"].get("served", 0),
             }
         out[which] = row
     return out
@@ -380,10 +401,11 @@ def _cell(k: float, t: float, unit: str) -> str:
     return f"{_num(k)} / {_num(t)}{' ' + unit if unit else ''} = {ratio}"
 
 
-def table(summaries: dict[str, dict]) -> str:
+def table(summaries: dict[str, dict], kdb: str = "kdb") -> str:
+    """The kdb manager `kdb` ("base": the baseline checkout) against Triton's."""
     names = list(summaries)
     head = "| measure (kdb / Triton = ratio) | " + " | ".join(
-        f"{n} ({s['kdb']['folders']} folders, {s['kdb']['files']} files, {s['kdb']['mb']:.0f} MB)"
+        f"{n} ({s[kdb]['folders']} folders, {s[kdb]['files']} files, {s[kdb]['mb']:.0f} MB)"
         for n, s in summaries.items()
     )
     lines = [head + " |", "|---" * (len(names) + 1) + "|"]
@@ -398,7 +420,7 @@ def table(summaries: dict[str, dict]) -> str:
         ("bytes on disk (du)", "disk_mb", "MB"),
     ]
     for label, key, unit in rows:
-        cells = [_cell(s["kdb"][key], s["triton"][key], unit) for s in summaries.values()]
+        cells = [_cell(s[kdb][key], s["triton"][key], unit) for s in summaries.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     kdb_only = [
         ("kdb: commit per folder (inside put_group)", "commit_ms"),
@@ -410,16 +432,14 @@ def table(summaries: dict[str, dict]) -> str:
     ]
     for label, key in kdb_only:
         if key == "startup":
-            cells = [
-                f"{_num(s['kdb']['startup_ms'])} / {_num(s['kdb']['hit_startup_ms'])} ms" for s in summaries.values()
-            ]
+            cells = [f"{_num(s[kdb]['startup_ms'])} / {_num(s[kdb]['hit_startup_ms'])} ms" for s in summaries.values()]
         elif key is None:
             cells = [
-                f"{_num(s['kdb']['commit_first_tenth_ms'])} / {_num(s['kdb']['commit_last_tenth_ms'])} ms"
+                f"{_num(s[kdb]['commit_first_tenth_ms'])} / {_num(s[kdb]['commit_last_tenth_ms'])} ms"
                 for s in summaries.values()
             ]
         else:
-            cells = [f"{_num(s['kdb'][key])} ms" for s in summaries.values()]
+            cells = [f"{_num(s[kdb][key])} ms" for s in summaries.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -434,12 +454,24 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=RESULTS)
     parser.add_argument("--keep", action="store_true", help=f"keep {DATA / 'run'}")
     parser.add_argument("--render", type=Path, metavar="JSON", help="only print the table of an earlier results file")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also run the kdb of this checkout (e.g. `git worktree add /tmp/kdb-capbase COMMIT`) as manager 'base'",
+    )
     args = parser.parse_args()
     if args.render:
         doc = json.loads(args.render.read_text())
         print(f"fastest of {doc['repeat']}, commit {doc['commit']}, load {doc['load_before']} -> {doc['load_after']}\n")
         print(table(doc["summary"]))
+        if doc.get("baseline"):
+            print(f"\nbaseline {doc['baseline']}:\n\n" + table(doc["summary"], "base"))
         return 0
+    global MANAGERS, BASELINE
+    if args.baseline:
+        BASELINE = args.baseline.resolve()
+        MANAGERS = ("triton", "base", "kdb")
     import triton
 
     work = DATA / "run"
@@ -459,6 +491,13 @@ def main() -> int:
     load_after = os.getloadavg()
     print(f"\n## Results: fastest of {args.repeat}, load average after {load_after}\n")
     print(table(summaries))
+    base_commit = None
+    if BASELINE is not None:
+        base_commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=BASELINE, capture_output=True, text=True
+        )
+        print(f"\n### Baseline kdb ({BASELINE}, {base_commit.stdout.strip()}) against Triton, same run\n")
+        print(table(summaries, "base"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     doc = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -468,6 +507,7 @@ def main() -> int:
         "load_before": load_before,
         "load_after": load_after,
         "repeat": args.repeat,
+        "baseline": None if base_commit is None else base_commit.stdout.strip(),
         "summary": summaries,
         "runs": results,
     }

@@ -218,13 +218,15 @@ def test_damaged_blobs_are_said_once_and_recompiled(capsys, tmp_path, reference)
     store = BlobStore(home / "objects")
     damaged = []
     for key in keys:  # both code objects, truncated as a disk or a user truncates a file
-        files = layout(home, "first").read_index(key)["files"]
-        digest, _ = next(value for name, value in files.items() if name.endswith(".hsaco"))
-        path = store.path_for(digest)
-        path.chmod(0o644)
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-        damaged.append(digest)
-    assert_verified(capsys, home, {digest: {"first"} for digest in damaged})
+        entry = layout(home, "first").read_index(key)
+        name, (digest, _) = next((name, value) for name, value in entry["files"].items() if name.endswith(".hsaco"))
+        # both copies kdb holds: the blob, and the recorded file a hit is served from (kdb/store/spool.py)
+        served = layout(home, "first").served_path(key, entry["folder_digest"]) / name
+        for path in (store.path_for(digest), served):
+            path.chmod(0o644)
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        damaged += [digest, f"{served.parent.name}/{name}"]
+    assert_verified(capsys, home, {what: {"first"} for what in damaged})
 
     code, lines, err = compile_with(tmp_path, configs, "b", capture_env(tmp_path, home, "again", tmp_path / "stats-b"))
     assert code == 0 and [r.get("cache_key") for r in lines] == keys, err[-2000:]

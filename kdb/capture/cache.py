@@ -3,8 +3,9 @@
 A put writes the file into this process's own folder (the path Triton is given back and reads from), then
 links it into the spool; a finished compile (its group file) makes its folder whole, and whole folders are
 recorded by `commit`: stored in the blob store and analysed exactly as `kdb ingest` does (it is the same
-ingest, appending to the capture's snapshot), then listed in the index that serves later reads. A read
-looks in this process's folder, the spool, then the index (a blob, checked against its digest on read).
+ingest, appending to the capture's snapshot), listed in the index and kept as the served folder (the spooled
+files themselves) that later reads get: kdb/capture/served.py. A read looks in this process's folder, the
+spool, then the index (its served folder, else a blob checked against its digest, written to this folder).
 
 Waiting is bounded: a commit after a compile only runs if no other process of the tag is committing and
 the catalog is free at once; the one at exit waits KDB_CAPTURE_WAIT seconds. Whatever stays spooled (a
@@ -36,9 +37,10 @@ from typing import Any, TypeVar
 from kdb.capture.recording import CAPTURED_BY as CAPTURED_BY
 from kdb.capture.recording import RECORD_BEFORE_READ_WAIT_S as RECORD_BEFORE_READ_WAIT_S
 from kdb.capture.recording import ForeignSnapshot as ForeignSnapshot
-from kdb.capture.recording import check_own_snapshot, one_line, record
+from kdb.capture.recording import check_own_snapshot, detach_commit, one_line, record
 from kdb.capture.recording import record_waiting as record_waiting
 from kdb.capture.recording import status_lines as status_lines
+from kdb.capture.served import ServedFolders
 from kdb.errors import CatalogBusy, IntegrityError, KdbError
 from kdb.store.home import Home, resolve_home, resolve_shared
 from kdb.store.spool import SpoolLayout, capture_root
@@ -87,20 +89,21 @@ class Capture:
         self._order: dict[str, list[str]] = {}  # cache key -> file names in the order this process put them
         self._index: dict[str, dict] = {}  # index entries read (a recorded folder's entry never changes)
         self._unservable: set[str] = set()  # cache keys whose entry or blob this process found damaged
+        self.served = ServedFolders(self.layout)  # recorded folders' own files, what a hit returns
+        self.detached: int | None = None  # the process id of a commit left to run after this process
         self._lock = threading.Lock()
         self.every_s = float(os.environ.get("KDB_CAPTURE_COMMIT_EVERY", DEFAULT_COMMIT_EVERY_S))
         self._last_commit = -self.every_s
         self._committer: threading.Thread | None = None
-        # What a commit runs, imported now: the last commit runs at exit, when Python refuses the atexit hooks
-        # that importing concurrent.futures (the ingest's worker pool) registers.
-        import kdb.ingest.snapshot  # noqa: F401
-        import kdb.store.catalog  # noqa: F401
+        # The ingest (duckdb) is imported by the first commit, in its thread (`group_written`); a process that
+        # never committed detaches its exit commit (`finish`).
 
     def forked(self) -> None:
         """In a child made by fork (a `multiprocessing` worker): the parent's threads and locks are not the
         child's, nor are its counters; the writer locks it holds stay the parent's (closing the child's copies
         leaves them held by the parent); the child gets its own folder at its first file."""
         self._lock = threading.Lock()
+        self.served.forked()
         self._committer = None
         self.stats = Counter()
         for fd, _ in self._writing.values():
@@ -121,17 +124,11 @@ class Capture:
     def _own(self, key: str, name: str) -> Path:
         return self.mine / check_name(key, "cache key") / check_name(name)
 
-    def _write_own(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-        temp.write_bytes(data)
-        os.replace(temp, path)
-
     def put(self, key: str, name: str, data: bytes) -> Path:
         if len(data) > MAX_FILE_BYTES:
             raise KdbError(f"{key}/{name}: {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a cache file")
         path = self._own(key, name)
-        self._write_own(path, data)
+        write_whole(path, data)
         group = name.startswith(GROUP_PREFIX)
         if not group and is_kernel_file(name):
             with self._lock:
@@ -159,24 +156,28 @@ class Capture:
             return list(self._order.get(key, ()))
 
     def get(self, key: str, name: str) -> Path | None:
-        """The file's path in this process's folder, brought there from the spool or the store; None: a miss."""
-        path = self._own(key, name)
+        """The file's path: its served folder's, or this process's folder's (from the spool or a blob); None: a miss."""
         with self._lock:
             self.stats["lookups"] += 1
-        if path.exists():
+        served = self.served.known(key, name)  # checked by this process: one stat
+        if served is not None:
+            self._count("hits")
+            return served
+        if self._mine is None or self._mine_pid != os.getpid():  # no folder of its own yet: nothing there
+            check_name(key, "cache key"), check_name(name)
+        elif (path := self._own(key, name)).exists():
             self._count("hits")
             return path
         # Spooled, then being recorded (a commit moves the folder spool -> commit -> index, in that order): a
         # file is always in one of the three places, whichever moment the lookup looks.
         for waiting in (self.layout.spool / key / name, self.layout.commit / key / name):
-            if self._bring(waiting, path):
+            if waiting.exists() and bring(waiting, path := self._own(key, name)):
                 self._count("hits")
                 return path
         if key in self._unservable:  # found damaged by an earlier lookup: Triton compiles it
             self._count("misses")
             return None
-        entry = self._index.get(key)
-        if entry is None:
+        if (entry := self._index.get(key)) is None:
             try:
                 entry = self.layout.read_index(key)  # served only when its files hash to its folder digest
             except DamagedIndexEntry as exc:
@@ -188,6 +189,15 @@ class Capture:
             self._count("misses")
             return None
         digest, size = entry["files"][name]
+        served, problem = self.served.check(key, entry)
+        if problem is not None:
+            self._count("served_damaged")
+            damaged(f"capture served file {problem}; served from the blob store")
+        if served is not None:
+            self._count("hits")
+            self._count("served")
+            self._adopt(key, entry)
+            return served / name
         try:
             data = self.home.store.get(digest, size)
         except (IntegrityError, OSError) as exc:
@@ -199,13 +209,16 @@ class Capture:
                 self._count("stale_index")
                 self.layout.index_path(key).unlink(missing_ok=True)
             return None
-        self._write_own(path, data)
+        write_whole(path := self._own(key, name), data)
         self._count("hits")
         self._count("store_reads")
+        self._adopt(key, entry)
+        return path
+
+    def _adopt(self, key: str, entry: dict) -> None:
         if key not in self.adopted:
             self.adopted.add(key)
             self.layout.note_adopted(key, entry["folder_digest"])
-        return path
 
     def _found_damaged(self, key: str, what: str) -> None:
         """A folder the index names that cannot be served intact: a miss now and at every later lookup of this
@@ -215,21 +228,6 @@ class Capture:
             self.stats["misses"] += 1
             self.stats["damaged"] += 1
         damaged(what)
-
-    def _bring(self, source: Path, path: Path) -> bool:
-        """Link (else copy) a spooled file into this process's folder; False when it is not there (any more)."""
-        if not source.exists():
-            return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, path)
-        except FileExistsError:
-            pass
-        except OSError:  # moved on meanwhile, or another file system: copy what can still be read
-            data = _read_or_none(source)
-            if data is not None:
-                self._write_own(path, data)
-        return path.exists()
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -246,6 +244,10 @@ class Capture:
             if (self._committer is not None and self._committer.is_alive()) or now - self._last_commit < self.every_s:
                 return
             self._last_commit = now
+            # the ingest's pool modules register atexit hooks, refused once the interpreter shuts down: import now
+            import concurrent.futures.process  # noqa: F401
+            import concurrent.futures.thread  # noqa: F401
+
             self._committer = threading.Thread(target=self._commit_quietly, name="kdb-capture-commit", daemon=True)
             self._committer.start()
 
@@ -266,11 +268,16 @@ class Capture:
         return f"the files stay spooled (`kdb capture commit --tag {self.layout.tag}` records them)"
 
     def finish(self) -> None:
-        """At exit: the running commit finishes (up to KDB_CAPTURE_WAIT), then one last commit records the rest."""
+        """At exit: the running commit finishes (up to KDB_CAPTURE_WAIT), then one last commit records the rest;
+        a process that never committed (only served) leaves it to a detached `kdb capture commit` (what it cannot
+        record waits for the next commit or reader: nothing is lost)."""
         committer = self._committer
         if committer is not None:
             committer.join(self.wait_s)
-        self.commit(wait_s=self.wait_s)
+        if {"kdb.ingest.snapshot", "kdb.store.catalog"} <= sys.modules.keys():  # a commit ran: imported
+            self.commit(wait_s=self.wait_s)
+        elif self.adopted or self.layout.waiting():
+            self.detached = detach_commit(self.layout.tag)
 
     # -- recording -----------------------------------------------------------------------------------
     def commit(self, wait_s: float) -> int:
@@ -297,11 +304,28 @@ class Capture:
             shutil.rmtree(self._mine, ignore_errors=True)
 
 
-def _read_or_none(path: Path) -> bytes | None:
+def write_whole(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+def bring(source: Path, path: Path) -> bool:
+    """Link (else copy) a spooled file into this process's folder; False when it is not there (any more)."""
+    if not source.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return path.read_bytes()
-    except OSError:
-        return None
+        os.link(source, path)
+    except FileExistsError:
+        pass
+    except OSError:  # moved on meanwhile, or another file system: copy what can still be read
+        try:
+            write_whole(path, source.read_bytes())
+        except FileNotFoundError:  # gone meanwhile: not there
+            return False
+    return path.exists()
 
 
 # -- the process's one capture, and what happens when kdb fails ----------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from kdb.errors import CatalogBusy, KdbError, NotAppendable, TagError
 from kdb.store.home import Home
 from kdb.store.lock import write_lock
-from kdb.store.spool import SpoolLayout, capture_root
+from kdb.store.spool import SpoolLayout, capture_root, serve
 from kdb.store.spool_index import index_entries
 from kdb.store.spool_upkeep import capture_tags, died_phrase
 
@@ -33,7 +33,10 @@ def record(
     """Record the whole spooled folders of `layout`'s tag and the folders its processes adopted, into the tag's
     snapshot (made, labelled as a capture's, when there is none): the same ingest as `kdb ingest`, appending.
     Return (cache keys recorded, adopted (cache key, folder digest) pairs). One committer per tag at a time."""
-    from kdb.ingest.snapshot import IngestRequest, ingest  # imported where a commit runs, not at import
+    # imported where a commit runs, not at import; both now: a process's last commit runs at exit, when Python
+    # refuses the atexit hooks that importing them (concurrent.futures, duckdb) registers (kdb/capture/cache.py)
+    import kdb.store.catalog  # noqa: F401
+    from kdb.ingest.snapshot import IngestRequest, ingest
 
     layout.lock.parent.mkdir(parents=True, exist_ok=True)
     with write_lock(layout.lock, wait_s):  # the home's writer lock, on the tag's own lock file
@@ -71,13 +74,15 @@ def record(
             raise ForeignSnapshot(str(exc)) from None
         layout.owned.parent.mkdir(parents=True, exist_ok=True)
         layout.owned.touch()
-        _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
+        entries = _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
+        for key, entry in entries.items():  # the recorded files stay, served as they are (kdb/store/spool.py)
+            serve(layout, layout.commit / key, key, entry)
         shutil.rmtree(layout.commit, ignore_errors=True)
         layout.adopted_done()
         return keys, adopted
 
 
-def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float) -> None:
+def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float) -> dict[str, dict]:
     from kdb.store.catalog import Catalog
 
     with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
@@ -85,8 +90,11 @@ def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float
     folders: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
     for key, folder_digest, name, digest, size in rows:
         folders.setdefault(key, (folder_digest, {}))[1][name] = (digest, size)
+    entries = {}
     for key, (folder_digest, files) in folders.items():
         layout.write_index(key, folder_digest, files)
+        entries[key] = {"folder_digest": folder_digest, "files": files}
+    return entries
 
 
 def check_own_snapshot(home: Home, tag: str, wait_s: float, *, writing: bool = False) -> None:
@@ -158,6 +166,25 @@ def status_lines(home: Home, tag: str) -> list[str]:
     ]
     lines += [f"  {key} {died_phrase(pids)}" for key, pids in died.items()]
     return lines
+
+
+def detach_commit(tag: str) -> int:
+    """Start `kdb capture commit --tag TAG` at low priority in its own session, its output discarded (what it
+    cannot record stays waiting, and `kdb capture status` names it); return its process id."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KDB_CAPTURE_STATS", "TRITON_CACHE_MANAGER")}
+    code = "import os, sys; os.nice(10); from kdb.cli import main; sys.argv[0] = 'kdb'; main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "capture", "commit", "--tag", tag],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    return proc.pid
 
 
 def one_line(exc: BaseException) -> str:

@@ -8,6 +8,10 @@ Under the home's `capture/` (a shared home: `STORE/capture/`, so that any node c
     spool/<tag>/<key>/<file>   files Triton put, each written whole (temp file, then rename), not yet recorded
     commit/<tag>/<key>/<file>  the folders one commit is recording (one committer per tag at a time)
     index/<k[:2]>/<key>.json   recorded folders: file name -> blob digest and size, and the folder's digest
+    served/<key>.<d[:16]>/<file>
+                               a recorded folder's plain files (the spooled files themselves, renamed here by the
+                               commit: no new bytes), named by the folder digest its index entry gives: a hit
+                               returns these paths (checked against the entry), no blob is decompressed
     adopt/<tag>.log            folders a process was served from the index: they join its tag's snapshot
     locks/<tag>.lock           the committer's lock (flock)
     owned/<tag>                the tag's snapshot is a capture's, as its last commit found (see SpoolLayout.owned)
@@ -85,6 +89,9 @@ class SpoolLayout:
 
     def index_path(self, key: str) -> Path:
         return self.root / "index" / key[:2] / f"{key}.json"
+
+    def served_path(self, key: str, folder_digest: str) -> Path:
+        return served_folder(self.root, key, folder_digest)
 
     # -- writing -----------------------------------------------------------------------------------
     def install(self, source: Path, key: str, name: str) -> None:
@@ -280,6 +287,50 @@ class SpoolLayout:
 
 
 CAPTURE_DIR = "capture"
+
+
+def serve(layout: SpoolLayout, folder: Path, key: str, entry: dict) -> bool:
+    """Make `folder` (a recorded folder's spooled files) the served copy of its index entry: renamed into
+    served/ (no copy). A served copy already there stays unless it no longer matches the entry (then the new
+    one replaces it). False when `folder` was not used (the caller removes it)."""
+    target = layout.served_path(key, entry["folder_digest"])
+    if served_problem(target, entry) is None:
+        return False
+    if served_problem(folder, entry) is not None:  # not the recorded bytes (cannot be, but never served)
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    layout.tmp.mkdir(parents=True, exist_ok=True)
+    aside = layout.tmp / f"served-{os.getpid()}-{uuid.uuid4().hex}"
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(target, aside)  # a damaged copy: moved away first (a directory is not replaced by rename)
+    try:
+        os.replace(folder, target)
+    except OSError:  # another commit served the same folder meanwhile
+        return False
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
+def served_folder(root: Path, key: str, folder_digest: str) -> Path:
+    return root / "served" / f"{key}.{folder_digest[:16]}"
+
+
+def served_problem(folder: Path, entry: dict, *, digests: bool = True) -> str | None:
+    """Why the served copy `folder` cannot be served for the index entry `entry`, or None: a file missing, or
+    of another size, or (`digests`) not hashing to the entry's blob digest."""
+    import hashlib
+
+    for name, (digest, size) in entry["files"].items():
+        path = folder / name
+        try:
+            if path.stat().st_size != size:
+                return f"{folder.name}/{name} is {path.stat().st_size} bytes, not {size}"
+            if digests and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                return f"{folder.name}/{name} does not hash to {digest[:12]}…"
+        except OSError:
+            return f"{folder.name}/{name} is missing"
+    return None
 
 
 def capture_root(home: Home) -> Path:

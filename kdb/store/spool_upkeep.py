@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kdb.errors import UsageError
 from kdb.store.lock import pid_alive, pid_of
-from kdb.store.spool import SpoolLayout
+from kdb.store.spool import SpoolLayout, served_folder, served_problem
 from kdb.store.spool_index import DamagedIndexEntry, index_entries, read_index_entry
 from kdb.store.spool_names import check_tag
 
@@ -37,7 +37,9 @@ def capture_tags(root: Path) -> list[str]:
 class SpoolGc:
     died_folders: list[str] = field(default_factory=list)  # "tag/key": left by writers that died mid-compile
     index_entries: int = 0  # damaged, or naming blobs no snapshot references any more
-    leftovers: int = 0  # dead writers' lock files, dead processes' temporaries and own folders
+    # dead writers' lock files, dead processes' temporaries and own folders, served folders no kept index entry
+    # names (its entry removed, or replaced by a later commit) or whose files changed since they were recorded
+    leftovers: int = 0
 
 
 def collect_spool(root: Path, keep: set[str], *, local: bool, grace_s: float) -> SpoolGc:
@@ -52,12 +54,18 @@ def collect_spool(root: Path, keep: set[str], *, local: bool, grace_s: float) ->
         layout = SpoolLayout(root, tag)
         result.died_folders += [f"{tag}/{key}" for key in layout.remove_died()]
     cutoff = time.time() - grace_s
+    named: set[str] = set()  # the served folders the kept index entries name
     for key, path in index_entries(root):
         try:
             entry = read_index_entry(path, key)
         except DamagedIndexEntry:
             entry = None
         if entry is not None and all(h in keep for h, _ in entry["files"].values()):
+            served = served_folder(root, key, entry["folder_digest"])
+            if served.is_dir() and served_problem(served, entry) is not None:
+                shutil.rmtree(served, ignore_errors=True)  # changed since it was recorded: served from blobs
+                result.leftovers += 1
+            named.add(served.name)
             continue
         try:
             if not local and path.stat().st_mtime > cutoff:
@@ -66,6 +74,14 @@ def collect_spool(root: Path, keep: set[str], *, local: bool, grace_s: float) ->
             continue
         path.unlink(missing_ok=True)
         result.index_entries += 1
+    for folder in sorted((root / "served").iterdir()) if (root / "served").is_dir() else []:
+        try:
+            if folder.name in named or (not local and folder.stat().st_mtime > cutoff):
+                continue
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)  # its entry removed above, or replaced by a later commit
+        result.leftovers += 1
     if local:
         for path in sorted((root / "tmp").iterdir()) if (root / "tmp").is_dir() else []:
             pid = pid_of(Path(path.name.removeprefix("died-")))
@@ -131,6 +147,14 @@ def check_spool(root: Path, recorded: Recorded) -> SpoolCheck:
             check.problems.append(
                 f"capture index entry {key} is damaged (its files differ from the recorded folder "
                 f"{entry['folder_digest'][:12]}…) ({holders(key)}; `kdb gc` removes it)"
+            )
+            continue
+        served = served_folder(root, key, entry["folder_digest"])
+        problem = served_problem(served, entry) if served.is_dir() else None
+        if problem is not None:
+            check.problems.append(
+                f"capture served file {problem} ({holders(key)}; kdb serves it from the blob store, "
+                "`kdb gc` removes the served folder)"
             )
     if stale:
         check.notes.append(
