@@ -3,6 +3,7 @@ codes. kdb.cli imports this module only when a command runs (`kdb --version` ans
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -296,10 +297,48 @@ def shell(
     os.execv(plan.argv[0], list(plan.argv))
 
 
+# the global options that take a value (the callback above): the command's name is the first other word
+_VALUED_GLOBALS = frozenset({"--home", "--wait", "--catalog", "--store"})
+
+
+def _command_name(argv: list[str]) -> str | None:
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED_GLOBALS:
+            next(words, None)
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _registered_name(command: typer.models.CommandInfo) -> str:
+    """The name typer gives a command: its own, else its function's, lower case, `_` as `-`."""
+    return command.name or getattr(command.callback, "__name__", "").lower().replace("_", "-")
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The app with only the command argv names (typer builds every command's click object, options and help for
+    any command it runs: ~1/3 of the app's start-up); the whole app for help, completion or a name it does not
+    know, so that what is printed, suggested or completed is the same."""
+    name = _command_name(argv)
+    if name is None or any(k.startswith("_KDB_COMPLETE") for k in os.environ):
+        return app
+    commands = [c for c in app.registered_commands if _registered_name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    only = copy.copy(app)
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run kdb with argv and return its exit status; every error becomes one line on stderr."""
     try:
-        rv = app(args=argv, prog_name="kdb", standalone_mode=False)
+        args = sys.argv[1:] if argv is None else argv
+        rv = app_for(args)(args=args, prog_name="kdb", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except SystemExit as exc:
         code = exc.code
