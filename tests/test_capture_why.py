@@ -54,8 +54,9 @@ class Runs:
         self.home = work / "home"
         self.count = 0
 
-    def compile(self, tag: str, config: dict, env: dict[str, str] | None = None, python: str | None = None) -> None:
-        """`python`: another release's interpreter, or Python code run with this one (the compile's argv after it)."""
+    def compile(self, tag: str, config: dict, env: dict[str, str] | None = None, python: str | None = None) -> str:
+        """`python`: another release's interpreter, or Python code run with this one (the compile's argv after it).
+        The compile's cache folder (the key Triton's cache manager was made with, read by the driver)."""
         self.count += 1
         spec = self.work / f"spec-{self.count}.json"
         results = self.work / f"results-{self.count}.jsonl"
@@ -82,13 +83,17 @@ class Runs:
         lines = [json.loads(line) for line in results.read_text().splitlines()]
         assert len(lines) == 1 and "cache_key" in lines[0], (lines, done.stderr[-2000:])
         assert "kdb capture: the key" not in done.stderr, done.stderr
+        return lines[0]["cache_key"]
 
     def _src_root(self, config: dict) -> dict:
         return {"src_root": str(self.work / "src")} if (self.work / "src").is_dir() else {}
 
     def misses(self, tag: str, *more: str) -> subprocess.CompletedProcess[str]:
+        return self.kdb("capture", "misses", "--tag", tag, *more)
+
+    def kdb(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "kdb", "--home", str(self.home), "capture", "misses", "--tag", tag, *more],
+            [sys.executable, "-m", "kdb", "--home", str(self.home), *args],
             capture_output=True,
             text=True,
             timeout=600,
@@ -253,3 +258,147 @@ def test_a_listener_the_user_set_keeps_being_called(tmp_path):
         for line in path.read_text().splitlines()
     ]
     assert [r["how"] for r in records] == ["compile frame", "listener"]
+
+
+# -- issue 42 follow-ups: unknown said, stored records kept consistent, remote mode, the issue's words -------------
+REMOTE = {
+    "TRITON_CACHE_MANAGER": "triton.runtime.cache:RemoteCacheManager",
+    "TRITON_REMOTE_CACHE_BACKEND": "kdb.capture:RemoteBackend",
+}
+
+
+def _record_files(home: Path, tag: str) -> list[Path]:
+    return sorted((home / "capture" / "keys" / tag).glob("*.jsonl"))
+
+
+def _records(home: Path, tag: str) -> list[dict]:
+    return [json.loads(line) for path in _record_files(home, tag) for line in path.read_text().splitlines()]
+
+
+def test_a_record_line_left_half_written_is_counted_and_said(tmp_path):
+    runs = Runs(tmp_path)
+    runs.compile("base", _vector_add())
+    config = _vector_add()
+    config["constexprs"]["BLOCK"] = 2048
+    runs.compile("later", config)
+    assert runs.why("later") == [["constexpr BLOCK 1024→2048"]]
+    (base,) = _record_files(runs.home, "base")
+    data = base.read_bytes()
+    base.write_bytes(data[: len(data) // 2])  # what a process killed in the middle of its write leaves
+    document = json.loads(runs.misses("later", "--format", "json").stdout)
+    assert document["damaged_records"] == 1
+    assert [c["differs"] for c in document["compiles"]] == [["first compile of this kernel"]]
+    said = "1 record line damaged (a process killed mid-write?), not read"
+    for fmt in ("table", "markdown"):
+        done = runs.misses("later", "--format", fmt)
+        assert done.returncode == 0 and done.stdout.splitlines()[-1] == said, done.stdout + done.stderr
+    (later,) = _record_files(runs.home, "later")
+    later.write_bytes(later.read_bytes()[:-9])
+    done = runs.misses("later")
+    assert done.stdout == f"no compile in later\n{said.replace('1 record line', '2 record lines')}\n", done.stdout
+
+
+# What kdb records when a compile's source cannot be read (its group's metadata alone: keyparts' "metadata" route),
+# made by kdb's own build_record from the real compile's metadata file in Triton's local folder (remote mode).
+_FROM_METADATA = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from kdb.capture.keyparts import build_record\n"
+    "meta = json.loads(Path(sys.argv[1]).read_text())\n"
+    "print(json.dumps(build_record(None, meta, False, 'metadata', sys.argv[2]), sort_keys=True, default=str))\n"
+)
+
+
+def _seen_from_metadata_only(runs: Runs, tag: str, config: dict) -> dict:
+    """Compile `config` with another home (its own records) and record it in `runs`'s home from its metadata."""
+    other = Runs(runs.work / f"other-{tag}")
+    other.work.mkdir()
+    key = other.compile(tag, config, REMOTE)
+    metadata = other.work / "triton-cache" / key / "add_kernel.json"
+    line = subprocess.run(
+        [sys.executable, "-c", _FROM_METADATA, str(metadata), key], capture_output=True, text=True, check=True
+    ).stdout
+    folder = runs.home / "capture" / "keys" / tag
+    folder.mkdir(parents=True)
+    (folder / "1.jsonl").write_text(line)
+    return json.loads(line)
+
+
+def test_a_part_a_release_does_not_expose_is_unknown_never_unchanged(tmp_path):
+    import triton
+
+    runs = Runs(tmp_path)
+    base = runs.compile("base", _vector_add(), REMOTE)
+    both = _vector_add()
+    both["constexprs"]["BLOCK"] = 2048
+    both["options"]["num_warps"] = 8
+    record = _seen_from_metadata_only(runs, "hidden", both)
+    hidden = record["not_exposed"]
+    assert "constexprs" in hidden and "signature" in hidden, hidden
+    unknown = f"{', '.join(hidden)} not exposed by Triton {triton.__version__}: cannot say whether they changed"
+    assert runs.why("hidden") == [["num_warps 4→8", unknown]]  # the constexpr: unknown, not unchanged, not "none"
+    only_block = _vector_add()
+    only_block["constexprs"]["BLOCK"] = 512
+    _seen_from_metadata_only(runs, "nothing", only_block)
+    assert runs.why("nothing") == [
+        [f"no recorded part differs from {base[:12]}: the key has a part kdb does not see", unknown]
+    ]
+
+
+def test_remote_backend_mode_records_the_first_compile_of_a_process(tmp_path):
+    runs = Runs(tmp_path)
+    runs.compile("first", _vector_add(), REMOTE)
+    config = _vector_add()
+    config["constexprs"]["BLOCK"] = 2048
+    runs.compile("second", config, REMOTE)
+    runs.compile("again", config, {**REMOTE, "TRITON_CACHE_DIR": str(tmp_path / "empty-local-cache")})
+    assert runs.why("first") == [["first compile of this kernel"]]
+    assert runs.why("second") == [["constexpr BLOCK 1024→2048"]]
+    assert runs.why("again") == []  # served by kdb: a hit, recorded as one
+    assert [(r["how"], r["hit"]) for t in ("first", "second", "again") for r in _records(runs.home, t)] == [
+        ("compile frame", False),
+        ("compile frame", False),
+        ("compile frame", True),
+    ]
+
+
+def test_kdb_rm_and_gc_leave_no_records_of_a_tag_that_no_longer_exists(tmp_path):
+    runs = Runs(tmp_path)
+    runs.compile("kept", _vector_add())
+    config = _vector_add()
+    config["constexprs"]["BLOCK"] = 2048
+    runs.compile("gone", config)
+    runs.compile("orphan", config)
+    assert _record_files(runs.home, "gone") and _record_files(runs.home, "orphan")
+    done = runs.kdb("rm", "gone")
+    assert done.returncode == 0, done.stderr
+    assert not (runs.home / "capture" / "keys" / "gone").exists()
+    # a snapshot removed without its records (as `kdb rm` did before): gc removes them once past its grace
+    drop = (
+        "import sys\nfrom pathlib import Path\nfrom kdb.store.home import Home\n"
+        "from kdb.store.maintenance import remove_snapshot\n"
+        "remove_snapshot(Home(Path(sys.argv[1])), 'orphan', 10.0)\n"
+    )
+    subprocess.run([sys.executable, "-c", drop, str(runs.home)], check=True, capture_output=True, text=True)
+    assert runs.kdb("gc").returncode == 0 and _record_files(runs.home, "orphan")  # written within the grace
+    done = runs.kdb("gc", "--grace", "0")
+    assert done.returncode == 0, done.stderr
+    assert not (runs.home / "capture" / "keys" / "orphan").exists()
+    assert runs.why("kept") == [["first compile of this kernel"]]
+
+
+def test_a_kernel_written_into_another_folder_is_named_in_the_issues_words(tmp_path):
+    """As Inductor writes the same kernel into another cache folder: the body holds its folder's path."""
+    homes = []
+    for name in ("run1", "run2"):
+        shutil.copytree(ROOT / "corpus" / "kernels", tmp_path / name / "src" / "kernels")
+        kernel_file = tmp_path / name / "src" / "kernels" / "vector_add.py"
+        lines = kernel_file.read_text().splitlines(keepends=True)
+        at = _def_line(kernel_file)
+        lines.insert(at, f"    # written into {kernel_file.parent}\n")
+        kernel_file.write_text("".join(lines))
+        homes.append(Runs(tmp_path / name))
+    homes[1].home = homes[0].home
+    homes[0].compile("run1", _vector_add())
+    homes[1].compile("run2", _vector_add())
+    assert homes[1].why("run2") == [["debug locations differ only in a path"]]

@@ -75,9 +75,9 @@ def misses(session: Session, tag: str | None, *, after_warmup: bool = False) -> 
     """Every compile of the tag's captures (not a hit), with the nearest earlier specialization of the same kernel
     kdb held and what differs, in words; those after warm-up first (kdb/capture/misses.py). A JSON document."""
     from kdb.capture.keyparts import keys_folder
-    from kdb.capture.misses import as_document, explain, read_records
+    from kdb.capture.misses import as_document, explain, read_all
     from kdb.store.spool import capture_root
 
     name = capture_tag(tag)
-    records = read_records(keys_folder(capture_root(session.home), name).parent)
-    return as_document(name, explain(records, name, after_warmup), after_warmup)
+    read = read_all(keys_folder(capture_root(session.home), name).parent)
+    return as_document(name, explain(read.records, name, after_warmup), after_warmup, len(read.damaged))

@@ -123,16 +123,26 @@ def reindex(session: Session, tags: list[str] | None, *, sass: bool = True) -> d
 
 def remove(session: Session, tag: str) -> None:
     """`kdb rm TAG` (its blobs stay until `kdb gc`)."""
+    from kdb.capture.keyparts import forget_keys
     from kdb.store.maintenance import remove_snapshot
+    from kdb.store.spool import capture_root
 
     session.record_captures(tag)  # what waits for the tag goes with it, instead of making the tag again later
     remove_snapshot(session.home, tag, session.wait_s)
+    forget_keys(capture_root(session.home), tag)  # its compiles' key parts (`kdb capture misses`) go with it
 
 
 def collect_garbage(session: Session, *, compact: bool = False, grace_s: float = 3600.0) -> GcResult:
+    from kdb.capture.keyparts import prune_keys
     from kdb.store.maintenance import collect_garbage as run_gc
+    from kdb.store.spool import capture_root
 
-    return run_gc(session.home, session.wait_s, compact=compact, grace_s=grace_s)
+    result = run_gc(session.home, session.wait_s, compact=compact, grace_s=grace_s)
+    if session.home.has_catalog():  # the key parts of a tag that no longer exists (none without a catalog)
+        with session.reader() as catalog:
+            live = {row["tag"] for row in catalog.queries.list_snapshots()}
+        prune_keys(capture_root(session.home), live, grace_s)
+    return result
 
 
 def verify(session: Session) -> VerifyReport:

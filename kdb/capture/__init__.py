@@ -155,7 +155,8 @@ class RemoteCacheBackend:
 
     def __init__(self, key: str) -> None:
         self.key = key
-        keyparts.install()
+        self._metadata: bytes | None = None  # the compile's metadata JSON, put before its group (keyparts)
+        keyparts.attach(key)  # made inside `triton.compile`: its first compile of a process recorded too
 
 
 class RemoteBackend(RemoteCacheBackend):
@@ -175,10 +176,14 @@ class RemoteBackend(RemoteCacheBackend):
                     out[name] = f.read()
         if len(filenames) > 1 and len(out) < len(filenames):
             return {}  # a group's files: all or nothing (RemoteCacheManager uses whatever comes back)
+        if len(filenames) > 1:  # a group served: a hit
+            keyparts.group_data_seen(self.key, next((v for k, v in out.items() if k.endswith(".json")), None), True)
         return out
 
     def put(self, filename: str, data: bytes) -> None:
         payload = _as_bytes(data)
+        if filename.endswith(".json") and not filename.startswith(GROUP_PREFIX):
+            self._metadata = payload
         if filename.startswith(GROUP_PREFIX):
             # RemoteCacheManager writes its own group format (a sorted name list); kdb keeps the one Triton's
             # folder would hold, its files in the order they were put (the compile's, as FileCacheManager's map).
@@ -189,3 +194,4 @@ class RemoteBackend(RemoteCacheBackend):
         guarded(lambda c: c.put(self.key, filename, payload), lambda: None)
         if filename.startswith(GROUP_PREFIX):
             guarded(lambda c: c.group_written(), lambda: None)
+            keyparts.group_data_seen(self.key, self._metadata, False)

@@ -38,6 +38,8 @@ RECORD_VERSION = 1
 # Triton's parts of a record, in the order a difference is told
 _SOURCE_PARTS = ("body_digest", "def_line", "function_key")
 _PATHS = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+@=-]+)+/?")
+_SOURCE_KEY_PARTS = ("body_digest", "def_line", "signature", "constexprs", "attrs")
+_IR_PARTS = ("body_digest",)
 
 
 def end_warmup(phase: str = WARMUP_DONE) -> None:
@@ -68,9 +70,10 @@ def source_parts(src: Any) -> dict[str, Any]:
     """What `ASTSource.hash` is made of (or, for a compile of an IR file, its text's digest)."""
     fn = getattr(src, "fn", None)
     out: dict[str, Any] = {"name": getattr(src, "name", None)}
-    if fn is None:  # an IR file (`triton.compile(path)`, kdb replay): the key hashes its text
+    if fn is None:  # an IR file (`triton.compile(path)`, kdb replay): the key hashes its text, no line or arguments
         text = getattr(src, "src", None)
         out["body_digest"] = _digest(text) if isinstance(text, str) else None
+        out["ir_source"] = True
         return out
     code = getattr(getattr(fn, "fn", None), "__code__", None)
     out["file"] = getattr(code, "co_filename", None)
@@ -212,10 +215,13 @@ def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str, folder
         record.update(source_parts(src))
     record["triton_key"] = _triton_key()
     record["backend_hash"] = backend_hash
-    not_exposed = [p for p in ("body_digest", "def_line", "signature", "constexprs", "attrs") if p not in record]
+    if record["triton_version"] is None:  # 3.0-3.2 store no version in the metadata: the running Triton's
+        record["triton_version"] = getattr(sys.modules.get("triton"), "__version__", None)
+    read = _IR_PARTS if record.get("ir_source") else _SOURCE_KEY_PARTS  # an IR file's key has no line or arguments
+    not_exposed = [p for p in read if p not in record]
     if option_names is None:
         not_exposed.append("options")
-    not_exposed += [p for p in ("triton_key", "backend_hash") if record[p] is None]
+    not_exposed += [p for p in ("triton_version", "triton_key", "backend_hash") if record[p] is None]
     record["not_exposed"] = not_exposed
     return record
 
@@ -308,14 +314,17 @@ _pending: dict[str, Any] = {}
 
 
 def attach(key: str) -> None:
-    """Called when Triton makes a cache manager for `key` (inside `triton.compile`): chain the listener for later
-    compiles; when this compile read no kdb listener, keep its source to record at its group's read or write."""
+    """Called when Triton makes a cache manager for `key` (inside `triton.compile`; in remote mode, when its
+    RemoteCacheManager makes kdb's backend): chain the listener for later compiles; when this compile read no kdb
+    listener, keep its source to record at its group's read or write (not for a dump or override manager)."""
     try:
         listening = install()
         frame = sys._getframe(1)
         for _ in range(6):
             frame = frame.f_back  # type: ignore[assignment]
             if frame is None:
+                return
+            if frame.f_locals.get("override") is True or frame.f_locals.get("dump") is True:
                 return
             if frame.f_code.co_name == "compile" and frame.f_globals.get("__name__") == "triton.compiler.compiler":
                 if not (listening and isinstance(frame.f_locals.get("compilation_listener"), _Listener)):
@@ -329,9 +338,56 @@ def group_seen(key: str, metadata_path: str | None, hit: bool) -> None:
     """The group of `key` was read (a hit) or written (a compile): record it if no listener will."""
     if key not in _pending:
         return
+    try:
+        data = Path(metadata_path).read_bytes() if metadata_path else None
+    except OSError:
+        data = None
+    group_data_seen(key, data, hit)
+
+
+def group_data_seen(key: str, metadata: bytes | None, hit: bool) -> None:
+    """As `group_seen`, with the metadata JSON's bytes (remote mode: what kdb's backend served or was given)."""
+    if key not in _pending:
+        return
     src = _pending.pop(key)
     try:
-        metadata = json.loads(Path(metadata_path).read_text()) if metadata_path else {}
-    except (OSError, ValueError):
-        metadata = {}
-    _write(src, metadata, hit, "metadata" if src is None else "compile frame", key)
+        found = json.loads(metadata) if metadata else {}
+    except ValueError:
+        found = {}
+    _write(src, found if isinstance(found, dict) else {}, hit, "metadata" if src is None else "compile frame", key)
+
+
+# -- upkeep: a removed snapshot's records go with it ------------------------------------------------------------
+def forget_keys(capture_root: Path, tag: str) -> bool:
+    """`kdb rm TAG`: remove the tag's records (True when there were some)."""
+    import shutil
+
+    folder = keys_folder(capture_root, tag)
+    if not folder.is_dir():
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+def prune_keys(capture_root: Path, live: set[str], grace_s: float) -> list[str]:
+    """`kdb gc`: remove the records of every tag that no longer exists: not a snapshot (`live`), nothing of it
+    waiting in the capture spool, and no record written in the last `grace_s` (a capture running now, before its
+    first commit). The tags removed."""
+    root = capture_root / "keys"
+    removed = []
+    now = time.time()
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        tag = folder.name
+        if tag in live or not folder.is_dir():
+            continue
+        if any(any((capture_root / part / tag).glob("*")) for part in ("spool", "commit", "writing")):
+            continue
+        try:
+            times = [f.stat().st_mtime for f in folder.iterdir()] + [folder.stat().st_mtime]
+        except OSError:  # written or removed meanwhile: next gc
+            continue
+        if any(now - t < grace_s for t in times):
+            continue
+        if forget_keys(capture_root, tag):
+            removed.append(tag)
+    return removed

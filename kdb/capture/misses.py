@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 FIRST = "first compile of this kernel"
+PATH_ONLY = "debug locations differ only in a path"  # the issue's words (Inductor's kernel in another folder)
 WARMUP_PHASES = ("", "warmup", "warm-up", "warm_up")
 _PATHS = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+@=-]+)+/?")
 
@@ -37,21 +38,38 @@ def after_warmup(record: dict[str, Any]) -> bool:
     return (record.get("phase") or "").lower() not in WARMUP_PHASES
 
 
-def read_records(folder: Path) -> list[dict[str, Any]]:
-    """Every record under `folder` (`keys/`: one folder per tag, one file per process), each with its `tag`;
-    a line a killed process left half-written is skipped."""
+@dataclass(frozen=True)
+class Read:
+    """The records under a `keys/` folder, and the lines that were not records (`damaged`: `tag/pid.jsonl` once
+    per such line): a process killed mid-write, or a damaged file."""
+
+    records: list[dict[str, Any]]
+    damaged: tuple[str, ...] = ()
+
+
+def read_all(folder: Path) -> Read:
+    """Every record under `folder` (`keys/`: one folder per tag, one file per process), each with its `tag`, time
+    ordered; a line that is not a JSON object is counted in `damaged`, never skipped silently."""
     out: list[dict[str, Any]] = []
+    damaged: list[str] = []
     for path in sorted(folder.glob("*/*.jsonl")) if folder.is_dir() else []:
-        for line in path.read_text(errors="replace").splitlines():
+        for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                damaged.append(f"{path.parent.name}/{path.name}")
                 continue
-            if isinstance(record, dict):
-                record["tag"] = path.parent.name
-                out.append(record)
+            record["tag"] = path.parent.name
+            out.append(record)
     out.sort(key=lambda r: (r.get("time") or 0.0, r.get("pid") or 0))
-    return out
+    return Read(out, tuple(damaged))
+
+
+def read_records(folder: Path) -> list[dict[str, Any]]:
+    """The records of `read_all` (its damaged lines left out)."""
+    return read_all(folder).records
 
 
 # -- what differs, in words -------------------------------------------------------------------------------------
@@ -91,7 +109,7 @@ def _source(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old["body_digest"] != new["body_digest"]:
         same = old.get("body_digest_without_paths")
         if same is not None and same == new.get("body_digest_without_paths"):
-            return ["source differs only in a path"]
+            return [PATH_ONLY]
         return ["kernel source changed"]
     if old.get("def_line") != new.get("def_line"):
         return [f"source moved from line {old.get('def_line')} to {new.get('def_line')}, body unchanged"]
@@ -166,16 +184,38 @@ def _environment(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two records of a kernel, in words, in the order Triton's key is built."""
+    """What differs between two records of a kernel, in words, in the order Triton's key is built; the kernel's
+    file alone differing (a path, as when Inductor writes the same kernel into another folder) in the issue's
+    words. A part either record could not read (`not_exposed`) is compared in neither: `unknown` tells it."""
+    hidden = set(old.get("not_exposed") or []) | set(new.get("not_exposed") or [])
+    if hidden:
+        old = {k: v for k, v in old.items() if k not in hidden}
+        new = {k: v for k, v in new.items() if k not in hidden}
     out = _triton(old, new) + _source(old, new) + _specialization(old, new) + _options(old, new)
-    return out + _environment(old, new)
+    out += _environment(old, new)
+    if not out and None not in (old.get("file"), new.get("file")) and old["file"] != new["file"]:
+        return [PATH_ONLY]
+    return out
 
 
-def _unexplained(old: dict[str, Any], new: dict[str, Any]) -> str:
-    missing = sorted(set(old.get("not_exposed") or []) | set(new.get("not_exposed") or []))
-    if missing:
-        return f"the key differs in a part this Triton does not expose to kdb ({', '.join(missing)})"
-    return "the key differs, and no part kdb records does"
+def unknown(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The parts either record could not read (`not_exposed`), each said once with the release that hid it:
+    they may differ, and kdb cannot say."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for record in (new, old):
+        missing = [str(p) for p in record.get("not_exposed") or [] if p not in seen]
+        seen.update(missing)
+        if missing:
+            release = record.get("triton_version") or "(release unknown)"
+            it = "it" if len(missing) == 1 else "they"
+            out.append(f"{', '.join(missing)} not exposed by Triton {release}: cannot say whether {it} changed")
+    return out
+
+
+def _unexplained(old: dict[str, Any]) -> str:
+    key = str(old.get("folder") or old.get("cache_key"))[:12]  # as the table's key column
+    return f"no recorded part differs from {key}: the key has a part kdb does not see"
 
 
 # -- every compile, explained -------------------------------------------------------------------------------------
@@ -189,13 +229,13 @@ def explain_one(record: dict[str, Any], held: list[dict[str, Any]]) -> Explained
             words = [f"the same key was compiled before (process {old.get('pid')}, tag {old.get('tag')})"]
             return Explained(record, old, tuple(words))
         words = differences(old, record)
-        score = (len(words), -i)
+        score = (len(words), -i)  # the parts it cannot see (`unknown`) are told, not counted
         if best is None or score < best[:2]:
             best = (score[0], score[1], old, words)
     if best is None:
         return Explained(record, None, (FIRST,))
     _, _, old, words = best
-    return Explained(record, old, tuple(words or [_unexplained(old, record)]))
+    return Explained(record, old, tuple((words or [_unexplained(old)]) + unknown(old, record)))
 
 
 def explain(records: list[dict[str, Any]], tag: str, only_after_warmup: bool = False) -> list[Explained]:
@@ -221,8 +261,9 @@ def _latest_per_key(held: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
-def as_document(tag: str, explained: list[Explained], only_after_warmup: bool) -> dict[str, Any]:
-    """The JSON of `kdb capture misses --format json`: plain field names, one entry per compile."""
+def as_document(tag: str, explained: list[Explained], only_after_warmup: bool, damaged: int = 0) -> dict[str, Any]:
+    """The JSON of `kdb capture misses --format json`: plain field names, one entry per compile; `damaged`: the
+    record lines read that were not records (`damaged_records`)."""
     compiles = []
     for e in explained:
         r, n = e.record, e.nearest or {}
@@ -249,4 +290,10 @@ def as_document(tag: str, explained: list[Explained], only_after_warmup: bool) -
             }
         )
     after = sum(1 for e in explained if e.after_warmup)
-    return {"tag": tag, "only_after_warmup": only_after_warmup, "compiles": compiles, "after_warmup_count": after}
+    return {
+        "tag": tag,
+        "only_after_warmup": only_after_warmup,
+        "compiles": compiles,
+        "after_warmup_count": after,
+        "damaged_records": damaged,
+    }

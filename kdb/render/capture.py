@@ -17,8 +17,14 @@ def render_misses(document: dict[str, Any], fmt: str, width: int | None = None) 
         return to_json(document)
     compiles = document["compiles"]
     scope = "after warm-up " if document["only_after_warmup"] else ""
+    damaged = document.get("damaged_records") or 0
+    note = (
+        f"{damaged} record line{'s' if damaged != 1 else ''} damaged (a process killed mid-write?), not read\n"
+        if damaged
+        else ""
+    )
     if not compiles:
-        return f"no compile {scope}in {document['tag']}\n"
+        return f"no compile {scope}in {document['tag']}\n{note}"
     rows = [
         [
             "after warm-up" if c["after_warmup"] else (c["phase"] or "-"),
@@ -32,4 +38,4 @@ def render_misses(document: dict[str, Any], fmt: str, width: int | None = None) 
     after = "" if scope else f" ({document['after_warmup_count']} after warm-up)"
     head = f"{len(compiles)} compiles {scope}in {document['tag']}{after}\n"
     body = render_rows(list(MISSES_COLUMNS), rows, fmt, width=width)
-    return (head + "\n" if fmt == "markdown" else head) + body
+    return (head + "\n" if fmt == "markdown" else head) + body + ("\n" if fmt == "markdown" and note else "") + note
