@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Parts whose change changes the TTIR: a kernel whose TTIR is identical cannot have compiled for one of these.
 TTIR_CHANGING = re.compile(r"^(constexpr |arg \d+ (dtype|type|attributes) |kernel source changed)")
 # Parts that name the source's place or a path: what a TTIR differing only in location paths should be named by.
-SOURCE_OR_PATH = re.compile(r"(source moved|differs only in a path|a function it calls|kernel source changed)")
+SOURCE_OR_PATH = re.compile(r"(source moved|differs? only in a path|a function it calls|kernel source changed)")
 UNEXPLAINED = ("does not expose", "no part kdb records does")
 _LOC_PATH = re.compile(r'loc\("[^"]*"')
 _LOC_USE = re.compile(r'\s?loc\((#loc\d*|unknown|"[^"]*":\d+:\d+)\)')

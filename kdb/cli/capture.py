@@ -74,8 +74,9 @@ def misses(
     """Every compile of TAG's captures (not a hit), with the nearest earlier specialization of the same kernel kdb
     held and what differs: `constexpr BLOCK_M 64→128`, `arg 2 dtype fp16→bf16`, `num_warps 4→8`,
     `TRITON_DISABLE_LINE_INFO unset → "0"`, `source moved from line 104 to 106, body unchanged`,
-    `Triton 3.6.0 → 3.7.1`, `first compile of this kernel`. Compiles after warm-up (KDB_CAPTURE_PHASE, or
-    `kdb.capture.end_warmup()` in the process) come first.
+    `debug locations differ only in a path`, `Triton 3.6.0 → 3.7.1`, `first compile of this kernel`. A part
+    a release does not expose is said to be unknown, and damaged record lines are counted. Compiles after
+    warm-up (KDB_CAPTURE_PHASE, or `kdb.capture.end_warmup()` in the process) come first.
 
     Examples:
 
