@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from kdb.errors import CatalogBusy, KdbError, NotAppendable, TagError
 from kdb.store.home import Home
 from kdb.store.lock import write_lock
-from kdb.store.spool import SpoolLayout, capture_root, serve
+from kdb.store.spool import SpoolLayout, capture_root, serve, served_stamps
 from kdb.store.spool_index import index_entries
 from kdb.store.spool_upkeep import capture_tags, died_phrase
 
@@ -74,15 +74,13 @@ def record(
             raise ForeignSnapshot(str(exc)) from None
         layout.owned.parent.mkdir(parents=True, exist_ok=True)
         layout.owned.touch()
-        entries = _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
-        for key, entry in entries.items():  # the recorded files stay, served as they are (kdb/store/spool.py)
-            serve(layout, layout.commit / key, key, entry)
+        _write_index(home, layout, keys, wait_s if index_wait_s is None else index_wait_s)
         shutil.rmtree(layout.commit, ignore_errors=True)
         layout.adopted_done()
         return keys, adopted
 
 
-def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float) -> dict[str, dict]:
+def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float) -> None:
     from kdb.store.catalog import Catalog
 
     with Catalog.open(home.catalog, read_only=True, wait_s=wait_s) as catalog:
@@ -90,11 +88,12 @@ def _write_index(home: Home, layout: SpoolLayout, keys: list[str], wait_s: float
     folders: dict[str, tuple[str, dict[str, tuple[str, int]]]] = {}
     for key, folder_digest, name, digest, size in rows:
         folders.setdefault(key, (folder_digest, {}))[1][name] = (digest, size)
-    entries = {}
     for key, (folder_digest, files) in folders.items():
-        layout.write_index(key, folder_digest, files)
-        entries[key] = {"folder_digest": folder_digest, "files": files}
-    return entries
+        # the recorded files stay, served as they are (kdb/store/spool.py), then the entry names them
+        entry = {"folder_digest": folder_digest, "files": files}
+        serve(layout, layout.commit / key, key, entry)
+        stamps = served_stamps(layout.served_path(key, folder_digest), files)
+        layout.write_index(key, folder_digest, files, stamps)
 
 
 def check_own_snapshot(home: Home, tag: str, wait_s: float, *, writing: bool = False) -> None:

@@ -1,7 +1,8 @@
 """Hits served from the recorded folders' own files (served/<key>.<digest>/, kdb/store/spool.py): the paths a hit
 returns, no blob decompressed and nothing copied, each folder checked against its index entry before this process
-serves it — every file's size and (unless KDB_CAPTURE_CHECK=size) its digest, once per process and cache key —
-then each file's size at every lookup. A folder that is absent (recorded before served folders were kept) or
+serves it — every file's size, and its inode and mtime as the commit recorded them (else, or with
+KDB_CAPTURE_CHECK=digest always, its digest), once per process and cache key — then each file's size at every
+lookup. A folder that is absent (recorded before served folders were kept) or
 damaged is served from the blob store instead (kdb/capture/cache.py)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from kdb.store.spool import SpoolLayout, served_problem
 class ServedFolders:
     def __init__(self, layout: SpoolLayout) -> None:
         self.layout = layout
-        self.check_digests = os.environ.get("KDB_CAPTURE_CHECK", "digest") != "size"
+        self.check_digests = os.environ.get("KDB_CAPTURE_CHECK") == "digest"
         self._ok: dict[str, tuple[Path, dict]] = {}  # cache key -> (its served folder, its index entry), checked
         self._not: set[str] = set()  # cache keys served from the blobs in this process
         self._lock = threading.Lock()

@@ -35,7 +35,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,12 +117,14 @@ class SpoolLayout:
         finally:
             temp.unlink(missing_ok=True)
 
-    def write_index(self, key: str, folder_digest: str, files: dict[str, tuple[str, int]]) -> None:
+    def write_index(self, key: str, folder_digest: str, files: dict[str, tuple[str, int]], stamps: dict) -> None:
+        """`stamps`: the served folder's files' (inode, mtime in ns) as it was made (`served_stamps`)."""
         path = self.index_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         temp = self.tmp / f"{os.getpid()}-{uuid.uuid4().hex}.json"
         body = {"folder_digest": folder_digest, "files": {n: [h, s] for n, (h, s) in sorted(files.items())}}
+        body["stamps"] = stamps
         temp.write_text(json.dumps(body, sort_keys=True))
         os.replace(temp, path)
 
@@ -316,17 +318,32 @@ def served_folder(root: Path, key: str, folder_digest: str) -> Path:
     return root / "served" / f"{key}.{folder_digest[:16]}"
 
 
+def served_stamps(folder: Path, names: Iterable[str]) -> dict[str, list[int]]:
+    """Each file's [inode, mtime in ns]: what the index entry records of its served folder once it is made (a file
+    rewritten or truncated since has another; a file whose stamp matches is not hashed again, see below)."""
+    out = {}
+    for name in names:
+        with contextlib.suppress(OSError):
+            st = (folder / name).stat()
+            out[name] = [st.st_ino, st.st_mtime_ns]
+    return out
+
+
 def served_problem(folder: Path, entry: dict, *, digests: bool = True) -> str | None:
     """Why the served copy `folder` cannot be served for the index entry `entry`, or None: a file missing, or
-    of another size, or (`digests`) not hashing to the entry's blob digest."""
+    of another size, or not hashing to the entry's blob digest — hashed when `digests`, or when its inode and
+    mtime are not those the entry's stamps recorded (changed since the commit made it, or no stamp)."""
     import hashlib
 
+    stamps = entry.get("stamps") or {}
     for name, (digest, size) in entry["files"].items():
         path = folder / name
         try:
-            if path.stat().st_size != size:
-                return f"{folder.name}/{name} is {path.stat().st_size} bytes, not {size}"
-            if digests and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            st = path.stat()
+            if st.st_size != size:
+                return f"{folder.name}/{name} is {st.st_size} bytes, not {size}"
+            hashed = digests or stamps.get(name) != [st.st_ino, st.st_mtime_ns]
+            if hashed and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
                 return f"{folder.name}/{name} does not hash to {digest[:12]}…"
         except OSError:
             return f"{folder.name}/{name} is missing"
