@@ -10,17 +10,15 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kdb.analysis.amd import occupancy as amd_occupancy
-from kdb.analysis.amd.analyze import analyze_amd
-from kdb.analysis.model import FolderAnalysis, FolderFile, KernelFolder, first_file
-from kdb.analysis.nvidia import occupancy as nvidia_occupancy
-from kdb.analysis.nvidia.analyze import analyze_nvidia
 from kdb.figures import FigureRoles, Wording, load_roles, wording_for
-from kdb.triton.kernel_json import KernelMeta
 
-Analyze = Callable[[FolderAnalysis, dict[str, Any], KernelFolder], None]
+if TYPE_CHECKING:
+    from kdb.analysis.model import FolderAnalysis, FolderFile, KernelFolder
+    from kdb.triton.kernel_json import KernelMeta
+
+Analyze = Callable[["FolderAnalysis", dict[str, Any], "KernelFolder"], None]
 # (arch, occupancy limiter) -> what one workgroup/block may have of that resource, where the backend knows it
 LaunchGrant = Callable[[str | None, str | None], int | None]
 
@@ -34,14 +32,40 @@ class Backend:
     launch_grant: LaunchGrant  # the limit a launch occupancy of 0 exceeded (LDS / shared memory per workgroup)
 
 
+# Each vendor's analysis and occupancy tables are imported when first used: a diff or a report reads the roles
+# only, and importing every analyser cost `kdb diff` ~40% of its kdb imports.
+def _analyze_amd(out: FolderAnalysis, row: dict[str, Any], folder: KernelFolder) -> None:
+    from kdb.analysis.amd.analyze import analyze_amd
+
+    analyze_amd(out, row, folder)
+
+
+def _analyze_nvidia(out: FolderAnalysis, row: dict[str, Any], folder: KernelFolder) -> None:
+    from kdb.analysis.nvidia.analyze import analyze_nvidia
+
+    analyze_nvidia(out, row, folder)
+
+
+def _amd_launch_grant(arch: str | None, limiter: str | None) -> int | None:
+    from kdb.analysis.amd import occupancy
+
+    return occupancy.launch_grant(arch, limiter)
+
+
+def _nvidia_launch_grant(arch: str | None, limiter: str | None) -> int | None:
+    from kdb.analysis.nvidia import occupancy
+
+    return occupancy.launch_grant(arch, limiter)
+
+
 def _roles(vendor: str) -> FigureRoles:
     return load_roles(resources.files(f"kdb.analysis.{vendor}").joinpath("figures.json").read_text())
 
 
 AMD_ROLES, NVIDIA_ROLES = _roles("amd"), _roles("nvidia")
 BACKENDS: tuple[Backend, ...] = (
-    Backend("hip", "hsaco", analyze_amd, AMD_ROLES, amd_occupancy.launch_grant),
-    Backend("cuda", "cubin", analyze_nvidia, NVIDIA_ROLES, nvidia_occupancy.launch_grant),
+    Backend("hip", "hsaco", _analyze_amd, AMD_ROLES, _amd_launch_grant),
+    Backend("cuda", "cubin", _analyze_nvidia, NVIDIA_ROLES, _nvidia_launch_grant),
 )
 _ROLES = {b.name: b.roles for b in BACKENDS}
 # A kernel whose backend kdb does not know: no register file, scratch or expected figure can be judged on it (a rule
@@ -80,6 +104,8 @@ def wording_of(backends: Iterable[str | None]) -> Wording:
 
 
 def backend_for(meta: KernelMeta, files: list[FolderFile]) -> Backend | None:
+    from kdb.analysis.model import first_file
+
     for backend in BACKENDS:
         if meta.backend == backend.name or first_file(files, backend.code_object_kind, meta.name):
             return backend

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING
 
 from kdb.api._core import diff_page, exit_code, snapshot_page
@@ -71,16 +70,11 @@ class DiffOutcome:
         return render_diff(self.result, r.fmt, self.views, opts)
 
 
-def _ttir(side: Side, cache_key: str) -> str | None:
-    """A kernel's TTIR, normalised (the autotune groups read its constants)."""
-    return side.stage_text(cache_key, "ttir")[0]
-
-
 def grouped(result: DiffResult, sa: Side, sb: Side) -> DiffResult:
     """The result with its kernels' autotune groups (kdb/diff/groups.py), read from both sides' rows and TTIR."""
     from kdb.diff.groups import group_map
 
-    group_of = {key: g for s in (sa, sb) for key, g in group_map(s.kernels, partial(_ttir, s)).items()}
+    group_of = {key: g for s in (sa, sb) for key, g in group_map(s.kernels, s.ttir_constants).items()}
     best = frozenset(row["cache_key"] for s in (sa, sb) for row in s.kernels if row.get("is_autotune_best") is True)
     return replace(result, group_of=group_of, autotune_best=best)
 

@@ -14,14 +14,15 @@ on the same axes (a product and its transpose, M and N swapped) stay one group. 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kdb.diff.model import DiffResult, KernelDiff, Status
+from kdb.triton.identity import problem_constants as ttir_problem_constants
 
 GROUP_ID_LENGTH = 12
 
@@ -32,37 +33,51 @@ def group_identity(row: Mapping[str, Any]) -> str | None:
     args = row.get("identity_args")
     if args is None:
         return None
-    if isinstance(args, str):
-        args = json.loads(args)
+    if isinstance(args, str):  # as the catalog gives it: the configs of one op share the text, hashed once
+        return _group_identity(
+            args,
+            row.get("name"),
+            row.get("identity_num_ctas"),
+            row.get("backend"),
+            row.get("arch"),
+            row.get("warp_size"),
+        )
+    return _identity_of(args, row.get("name"), row.get("identity_num_ctas"), row)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _group_identity(args: str, name: Any, num_ctas: Any, backend: Any, arch: Any, warp_size: Any) -> str:
+    row = {"backend": backend, "arch": arch, "warp_size": warp_size}
+    return _identity_of(json.loads(args), name, num_ctas, row)
+
+
+def _identity_of(args: Any, name: Any, num_ctas: Any, row: Mapping[str, Any]) -> str:
     plain = [{k: v for k, v in a.items() if k != "hints"} for a in args if isinstance(a, dict)]
     doc = {
-        "name": row.get("name"),
+        "name": name,
         "args": plain,
-        "num_ctas": row.get("identity_num_ctas"),
+        "num_ctas": num_ctas,
         "target": f"{row.get('backend')}:{row.get('arch')}:{row.get('warp_size')}",
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:GROUP_ID_LENGTH]
 
 
-_DENSE_INT = re.compile(r"arith\.constant\s+dense<(-?\d+)>\s*:\s*tensor<((?:\d+x)+)(i\d+)>")
-
-
 def problem_constants(ttir: str | None) -> frozenset[str] | None:
-    """The integer splat constants of a TTIR with the axes they lie along (`512:i32:nx1`): where the problem's
-    sizes and strides (folded into a template's body) show, block sizes only as which axes are not 1. A block
-    size can fold a bound check away (XBLOCK=1 needs no mask), so a config may show a subset of its op's."""
-    if ttir is None:
-        return None
-    return frozenset(
-        f"{v}:{t}:" + "x".join("1" if d == "1" else "n" for d in dims[:-1].split("x"))
-        for v, dims, t in _DENSE_INT.findall(ttir)
-    )
+    """The integer splat constants of a TTIR with the axes they lie along (kdb/triton/identity.py, which records
+    them at ingest in identity_parts), None without a TTIR."""
+    return None if ttir is None else ttir_problem_constants(ttir)
 
 
 def _components(sigs: list[frozenset[str] | None]) -> list[int]:
     """Each member's component: two members join where one's constants are a subset of the other's (unknown
-    constants join every member)."""
+    constants join every member). Members with equal constants always join: the pairs are tried between the
+    distinct constant sets only (an op's configs mostly share theirs)."""
+    distinct: dict[frozenset[str] | None, int] = {}
+    index = [distinct.setdefault(s, len(distinct)) for s in sigs]
+    if len(distinct) < len(sigs):
+        part = _components(list(distinct))
+        return [part[i] for i in index]
     parent = list(range(len(sigs)))
 
     def find(i: int) -> int:
@@ -78,30 +93,35 @@ def _components(sigs: list[frozenset[str] | None]) -> list[int]:
     return [find(i) for i in range(len(sigs))]
 
 
-def group_map(rows: Iterable[Mapping[str, Any]], ttir_of: Callable[[str], str | None]) -> dict[str, str]:
+def group_map(
+    rows: Iterable[Mapping[str, Any]], constants_of: Callable[[Mapping[str, Any]], frozenset[str] | None]
+) -> dict[str, str]:
     """cache_key -> group identity of a side's kernel rows (those with an identity). Kernels of one identity
-    less tuning are split further by their problem constants (problem_constants; `ttir_of` reads a kernel's
-    TTIR by its cache key, only for identities that two or more kernels share), so that templates of one
+    less tuning are split further by their problem constants (`constants_of`: problem_constants of a kernel
+    row's TTIR, asked only for identities that two or more kernels share), so that templates of one
     name and signature but different problem sizes are not one group. The id of such a part hashes the union
     of its members' constants, the same on both sides of a diff where the releases fold alike."""
-    coarse: dict[str, list[str]] = {}
+    coarse: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         gid = group_identity(row)
         if gid is not None:
-            coarse.setdefault(gid, []).append(row["cache_key"])
+            coarse.setdefault(gid, []).append(row)
     out = {}
-    for gid, keys in coarse.items():
-        if len(keys) == 1:
-            out[keys[0]] = gid
+    for gid, members in coarse.items():
+        if len(members) == 1:
+            out[members[0]["cache_key"]] = gid
             continue
-        sigs = [problem_constants(ttir_of(key)) for key in keys]
+        sigs = [constants_of(row) for row in members]
         parts = _components(sigs)
         union: dict[int, set[str]] = {}
         for part, sig in zip(parts, sigs, strict=True):
             union.setdefault(part, set()).update(sig or ())
-        for key, part in zip(keys, parts, strict=True):
-            digest = hashlib.sha256(json.dumps([gid, sorted(union[part])]).encode()).hexdigest()
-            out[key] = digest[:GROUP_ID_LENGTH]
+        ids = {
+            part: hashlib.sha256(json.dumps([gid, sorted(consts)]).encode()).hexdigest()[:GROUP_ID_LENGTH]
+            for part, consts in union.items()
+        }
+        for key, part in zip((row["cache_key"] for row in members), parts, strict=True):
+            out[key] = ids[part]
     return out
 
 

@@ -7,10 +7,11 @@ import contextlib
 import functools
 import gc
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdb.diff.groups import problem_constants
 from kdb.errors import ParseError, UntrustedComparison
 from kdb.store.blobs import BlobStore
 from kdb.store.catalog import DiffQueries
@@ -36,6 +37,7 @@ class Side:
     loop_rows: dict[str, list[tuple[int, str, str, int]]] = field(default_factory=dict)
     # (source, cache_key) -> (mnemonic, group, count) rows of that source's mix, filled by load_source_mix
     source_mix: dict[tuple[str, str], list[tuple[str, str, int]]] = field(default_factory=dict)
+    ttir_blobs: dict[str, tuple[str, int]] | None = None  # cache_key -> (hash, size) of its TTIR, on first use
 
     def load_mnemonics(self, cache_keys: Iterable[str]) -> None:
         """Fetch, in one query, the mnemonic counts of the kernels whose mix digests differ."""
@@ -115,6 +117,19 @@ class Side:
             return None, None
         return normalised_blob(self.store, f["hash"], f["size"], f["kind"]), f["kind"]
 
+    def ttir_constants(self, row: Mapping[str, Any]) -> frozenset[str] | None:
+        """The problem constants of a kernel's TTIR (kdb/diff/groups.py), None without one: as the ingest recorded
+        them (identity_parts), else (catalogs written before) read from the stored text as it is (the splat
+        constants are the same before and after normalising: on all 2,053 TTIR files of the corpus), once per
+        blob for both sides of a diff (unchanged kernels share theirs)."""
+        recorded = row.get("identity_problem_constants")
+        if recorded is not None:
+            return frozenset(recorded)
+        if self.ttir_blobs is None:
+            self.ttir_blobs = self.catalog.diff_stage_blobs(self.tag, "ttir")
+        blob = self.ttir_blobs.get(row["cache_key"])
+        return None if blob is None else blob_constants(self.store, *blob)
+
     def raw_text(self, cache_key: str, kind: str) -> str | None:
         for f in self._folder_files(cache_key):
             if f["kind"] == kind:
@@ -158,12 +173,19 @@ def _identity_version(k: Row) -> int | None:
 
 
 def row_document(k: Row, col: str) -> Any:
-    """A JSON column of a kernel row, decoded on first use (most pairs never need their documents)."""
+    """A JSON column of a kernel row, decoded on first use (most pairs never need their documents). The options
+    document is decoded once per distinct text and shared (read, never changed): an op's configs, and a kernel
+    unchanged between the two sides, carry the same one."""
     value = k.get(col)
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
-            k[col] = value = json.loads(value)
+            k[col] = value = _shared_document(value) if col == "identity_options" else json.loads(value)
     return value
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shared_document(text: str) -> Any:
+    return json.loads(text)
 
 
 def _fill_identity(side: Side, k: Row) -> None:
@@ -186,6 +208,12 @@ def _fill_identity(side: Side, k: Row) -> None:
 def normalised_blob(store: BlobStore, digest: str, size: int, kind: str) -> str:
     """Normalising is the expensive part of a diff; a blob shared by many kernels is normalised once."""
     return normalise_stage(store.get(digest, size).decode("utf-8", "replace"), kind)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def blob_constants(store: BlobStore, digest: str, size: int) -> frozenset[str] | None:
+    """problem_constants of a stored TTIR (a few splat constants: cheap to keep for a whole diff)."""
+    return problem_constants(store.get(digest, size).decode("utf-8", "replace"))
 
 
 @contextlib.contextmanager

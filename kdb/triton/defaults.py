@@ -299,16 +299,25 @@ def _thawed(value: Any) -> Any:
     return value
 
 
+_NO_VALUES: Mapping[str, Any] = {}
+
+
 def _fill_table_and_uniform(side: SideDefaults, rows: Iterable[KernelOptions]) -> None:
     values_by_group: dict[Group, dict[str, set[Any]]] = {}
     counts: Counter[Group] = Counter()
+    # (group, id of a values mapping) -> the group's option count when it was last added: the same mapping again
+    # (kernels sharing one decoded options document, kdb/diff/sides.py) adds nothing while no option is new
+    added: dict[tuple[Group, int], int] = {}
     for _key, doc, hint in rows:
         group = group_of(doc, hint)
         counts[group] += 1
         seen = values_by_group.setdefault(group, {})
-        vals = doc.get("values") or {}
+        vals = doc.get("values") or _NO_VALUES
+        if added.get((group, id(vals))) == len(seen):
+            continue
         for option in set(vals) | set(seen):
             seen.setdefault(option, set()).add(_frozen(vals.get(option)))
+        added[group, id(vals)] = len(seen)
     for group, options in values_by_group.items():
         side.table[group] = table_defaults(group[0], group[1], group[2])
         if counts[group] >= UNIFORM_MIN_KERNELS:

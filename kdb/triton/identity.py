@@ -278,6 +278,20 @@ def ttir_facts(ttir: str) -> dict[str, Any]:
     }
 
 
+_SPLAT_INT = re.compile(r"arith\.constant\s+dense<(-?\d+)>\s*:\s*tensor<((?:\d+x)+)(i\d+)>")
+
+
+def problem_constants(ttir: str) -> frozenset[str]:
+    """The integer splat constants of a TTIR with the axes they lie along (`512:i32:nx1`): where the problem's
+    sizes and strides (folded into a template's body) show, block sizes only as which axes are not 1. A block
+    size can fold a bound check away (XBLOCK=1 needs no mask), so a config may show a subset of its op's. The
+    same of the text as stored and normalised (kdb/triton/normalize.py keeps every constant)."""
+    return frozenset(
+        f"{v}:{t}:" + "x".join("1" if d == "1" else "n" for d in dims[:-1].split("x"))
+        for v, dims, t in _SPLAT_INT.findall(ttir)
+    )
+
+
 def _hash(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
@@ -346,6 +360,8 @@ def kernel_identity(ttir: str | None, meta: KernelMeta, file_stem: str | None = 
         "options": options,
         "func_name": facts["func_name"],
         "hints": [a["hints"] for a in facts["args"]],
+        # what splits an autotune group (kdb/diff/groups.py), read here once rather than from every TTIR per diff
+        "problem_constants": sorted(problem_constants(ttir)),
     }
     return {
         "identity": _hash({**hashed, "target": target}),

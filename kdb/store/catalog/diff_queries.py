@@ -22,6 +22,7 @@ class DiffQueries(CatalogRole):
                    CASE WHEN a.identity_options IS NULL THEN a.identity_parts END AS identity_parts,
                    json_extract(a.identity_parts, '$.args') AS identity_args,
                    json_extract(a.identity_parts, '$.num_ctas') AS identity_num_ctas,
+                   json_extract(a.identity_parts, '$.problem_constants')::VARCHAR[] AS identity_problem_constants,
                    a.identity_options, a.ttir_digest, a.ttgir_digest, a.llir_digest, a.isa_digest,
                    a.instr_mix_digest, a.instr_groups, a.instr_note, p.problems,
                    t.launches AS measured_launches, t.total_ns AS measured_ns, t.share AS measured_share
@@ -155,6 +156,17 @@ class DiffQueries(CatalogRole):
                     counts[mnemonic] = counts.get(mnemonic, 0) + count
             out[key] = counts
         return out
+
+    def diff_stage_blobs(self, tag: str, kind: str) -> dict[str, tuple[str, int]]:
+        """cache_key -> (hash, size) of each kernel folder's first file (by path) of one kind: the one blob the
+        autotune groups read of every kernel (its TTIR), without the snapshot's other files."""
+        sid = self.require_snapshot(tag)
+        rows = self.con.execute(
+            "SELECT cache_key, arg_min(hash, path), arg_min(size, path) FROM files "
+            "WHERE snapshot_id = ? AND cache_key IS NOT NULL AND kind = ? GROUP BY cache_key",
+            [sid, kind],
+        ).fetchall()
+        return {key: (digest, size) for key, digest, size in rows}
 
     def diff_kernel_files(self, tag: str) -> list[dict[str, Any]]:
         """The files of every kernel folder of a snapshot (to read stage texts from the blob store)."""
