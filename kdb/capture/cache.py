@@ -90,13 +90,13 @@ class Capture:
         self._index: dict[str, dict] = {}  # index entries read (a recorded folder's entry never changes)
         self._unservable: set[str] = set()  # cache keys whose entry or blob this process found damaged
         self.served = ServedFolders(self.layout)  # recorded folders' own files, what a hit returns
+        self._waiting_s = (str(self.layout.spool), str(self.layout.commit))
         self.detached: int | None = None  # the process id of a commit left to run after this process
         self._lock = threading.Lock()
         self.every_s = float(os.environ.get("KDB_CAPTURE_COMMIT_EVERY", DEFAULT_COMMIT_EVERY_S))
         self._last_commit = -self.every_s
         self._committer: threading.Thread | None = None
-        # The ingest (duckdb) is imported by the first commit, in its thread (`group_written`); a process that
-        # never committed detaches its exit commit (`finish`).
+        # The ingest (duckdb) is imported by the first commit (`group_written`); else the exit commit detaches
 
     def forked(self) -> None:
         """In a child made by fork (a `multiprocessing` worker): the parent's threads and locks are not the
@@ -155,7 +155,7 @@ class Capture:
         with self._lock:
             return list(self._order.get(key, ()))
 
-    def get(self, key: str, name: str) -> Path | None:
+    def get(self, key: str, name: str) -> Path | str | None:
         """The file's path: its served folder's, or this process's folder's (from the spool or a blob); None: a miss."""
         with self._lock:
             self.stats["lookups"] += 1
@@ -170,8 +170,8 @@ class Capture:
             return path
         # Spooled, then being recorded (a commit moves the folder spool -> commit -> index, in that order): a
         # file is always in one of the three places, whichever moment the lookup looks.
-        for waiting in (self.layout.spool / key / name, self.layout.commit / key / name):
-            if waiting.exists() and bring(waiting, path := self._own(key, name)):
+        for folder in self._waiting_s:  # (strings: pathlib's joins cost more than the stats on this path)
+            if os.path.exists(found := os.path.join(folder, key, name)) and bring(found, path := self._own(key, name)):
                 self._count("hits")
                 return path
         if key in self._unservable:  # found damaged by an earlier lookup: Triton compiles it
@@ -197,7 +197,7 @@ class Capture:
             self._count("hits")
             self._count("served")
             self._adopt(key, entry)
-            return served / name
+            return os.path.join(served, name)
         try:
             data = self.home.store.get(digest, size)
         except (IntegrityError, OSError) as exc:
@@ -311,9 +311,9 @@ def write_whole(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
-def bring(source: Path, path: Path) -> bool:
+def bring(source: str, path: Path) -> bool:
     """Link (else copy) a spooled file into this process's folder; False when it is not there (any more)."""
-    if not source.exists():
+    if not os.path.exists(source):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -322,7 +322,7 @@ def bring(source: Path, path: Path) -> bool:
         pass
     except OSError:  # moved on meanwhile, or another file system: copy what can still be read
         try:
-            write_whole(path, source.read_bytes())
+            write_whole(path, Path(source).read_bytes())
         except FileNotFoundError:  # gone meanwhile: not there
             return False
     return path.exists()

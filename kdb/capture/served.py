@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 from kdb.store.spool import SpoolLayout, served_problem
 
@@ -18,20 +17,21 @@ class ServedFolders:
     def __init__(self, layout: SpoolLayout) -> None:
         self.layout = layout
         self.check_digests = os.environ.get("KDB_CAPTURE_CHECK") == "digest"
-        self._ok: dict[str, tuple[Path, dict]] = {}  # cache key -> (its served folder, its index entry), checked
+        self._ok: dict[str, tuple[str, dict]] = {}  # cache key -> (its served folder, its index entry), checked
         self._not: set[str] = set()  # cache keys served from the blobs in this process
         self._lock = threading.Lock()
 
-    def known(self, key: str, name: str) -> Path | None:
-        """The file's path when this process checked the key's folder already and the file still has its size."""
+    def known(self, key: str, name: str) -> str | None:
+        """The file's path when this process checked the key's folder already and the file still has its size
+        (strings: pathlib's joins cost more than the stat)."""
         found = self._ok.get(key)
         if found is None:
             return None
         folder, entry = found
         recorded = entry["files"].get(name)
         try:
-            if recorded is not None and os.stat(folder / name).st_size == recorded[1]:
-                return folder / name
+            if recorded is not None and os.stat(path := os.path.join(folder, name)).st_size == recorded[1]:
+                return path
         except OSError:
             pass
         with self._lock:  # changed since it was checked: from the blobs from now on
@@ -39,7 +39,7 @@ class ServedFolders:
             self._not.add(key)
         return None
 
-    def check(self, key: str, entry: dict) -> tuple[Path | None, str | None]:
+    def check(self, key: str, entry: dict) -> tuple[str | None, str | None]:
         """(the key's served folder, None) once it matches `entry`; (None, why) when it is there but damaged;
         (None, None) when there is none (or this process found it damaged before)."""
         if key in self._ok:
@@ -50,8 +50,8 @@ class ServedFolders:
         problem = served_problem(folder, entry, digests=self.check_digests)
         with self._lock:
             if problem is None:
-                self._ok[key] = (folder, entry)
-                return folder, None
+                self._ok[key] = (str(folder), entry)
+                return str(folder), None
             self._not.add(key)
         return None, (problem if folder.exists() else None)
 

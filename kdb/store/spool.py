@@ -337,13 +337,13 @@ def served_problem(folder: Path, entry: dict, *, digests: bool = True) -> str | 
 
     stamps = entry.get("stamps") or {}
     for name, (digest, size) in entry["files"].items():
-        path = folder / name
+        path = os.path.join(folder, name)  # (not pathlib: this runs at a capture's first hit of each cache key)
         try:
-            st = path.stat()
+            st = os.stat(path)
             if st.st_size != size:
                 return f"{folder.name}/{name} is {st.st_size} bytes, not {size}"
             hashed = digests or stamps.get(name) != [st.st_ino, st.st_mtime_ns]
-            if hashed and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            if hashed and hashlib.sha256(Path(path).read_bytes()).hexdigest() != digest:
                 return f"{folder.name}/{name} does not hash to {digest[:12]}…"
         except OSError:
             return f"{folder.name}/{name} is missing"
