@@ -58,3 +58,31 @@ def test_kernel_files_are_what_makes_a_folder_a_kernel_folder() -> None:
     assert check_name("matmul_kernel.hsaco") == "matmul_kernel.hsaco"
     assert all(is_kernel_file(f"k.{s}") for s in ("ttir", "ttgir", "llir", "ptx", "cubin", "amdgcn", "hsaco", "json"))
     assert not is_kernel_file("k.autotune.json") and not is_kernel_file("cuda_utils.so")
+
+
+def test_processes_exiting_together_start_one_detached_commit(tmp_path, monkeypatch) -> None:
+    """A serving process that only had hits leaves its exit commit to a detached `kdb capture commit`; while one
+    started by another process still runs, no second one starts (a fleet exiting at once starts one, not one each)."""
+    import os
+    import time
+
+    from kdb.capture.recording import detach_commit
+
+    monkeypatch.setenv("KDB_HOME", str(tmp_path / "home"))
+    layout = SpoolLayout(tmp_path / "home" / "capture", "fleet")
+    first = detach_commit(layout)
+    second = detach_commit(layout)  # the first is still starting its interpreter: alive
+    assert first is not None
+    assert second is None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            os.kill(first, 0)
+        except ProcessLookupError:
+            break
+        if os.waitpid(first, os.WNOHANG) != (0, 0):  # our own child here: reaped once it ended
+            break
+        time.sleep(0.05)
+    third = detach_commit(layout)  # the first ended: the next exiting process starts its own
+    assert third is not None and third != first
+    os.waitpid(third, 0)

@@ -277,7 +277,7 @@ class Capture:
         if {"kdb.ingest.snapshot", "kdb.store.catalog"} <= sys.modules.keys():  # a commit ran: imported
             self.commit(wait_s=self.wait_s)
         elif self.adopted or self.layout.waiting():
-            self.detached = detach_commit(self.layout.tag)
+            self.detached = detach_commit(self.layout)
 
     # -- recording -----------------------------------------------------------------------------------
     def commit(self, wait_s: float) -> int:

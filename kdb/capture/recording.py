@@ -4,6 +4,7 @@ tag): the same ingest as `kdb ingest`, appending to the capture's snapshot, then
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -167,23 +168,48 @@ def status_lines(home: Home, tag: str) -> list[str]:
     return lines
 
 
-def detach_commit(tag: str) -> int:
+_DETACHED: list = []
+
+
+def detach_commit(layout: SpoolLayout) -> int | None:
     """Start `kdb capture commit --tag TAG` at low priority in its own session, its output discarded (what it
-    cannot record stays waiting, and `kdb capture status` names it); return its process id."""
+    cannot record stays waiting, and `kdb capture status` names it); return its process id. None: one started by
+    another process is still running — it, or the next commit or reader, records this process's folders too (a
+    fleet of serving processes exiting together starts one committer, not one each)."""
     import subprocess
     import sys
 
+    marker = layout.lock.with_suffix(".detached")
+    with contextlib.suppress(OSError, ValueError):
+        if _alive(int(marker.read_text())):
+            return None
     env = {k: v for k, v in os.environ.items() if k not in ("KDB_CAPTURE_STATS", "TRITON_CACHE_MANAGER")}
     code = "import os, sys; os.nice(10); from kdb.cli import main; sys.argv[0] = 'kdb'; main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "capture", "commit", "--tag", tag],
+        [sys.executable, "-c", code, "capture", "commit", "--tag", layout.tag],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         env=env,
     )
+    _DETACHED.append(proc)  # held: it outlives this process on purpose, and is never waited for
+    with contextlib.suppress(OSError):
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        temp = marker.with_name(f".{marker.name}.{os.getpid()}")
+        temp.write_text(str(proc.pid))
+        os.replace(temp, marker)
     return proc.pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that number
+        return True
+    return pid > 0
 
 
 def one_line(exc: BaseException) -> str:
