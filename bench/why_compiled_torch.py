@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
@@ -38,6 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TTIR_CHANGING = re.compile(r"^(constexpr |arg \d+ (dtype|type|attributes) |kernel source changed)")
 # Parts that name the source's place or a path: what a TTIR differing only in location paths should be named by.
 SOURCE_OR_PATH = re.compile(r"(source moved|differs? only in a path|a function it calls|kernel source changed)")
+# A later stage's compiler (ptxas, or the backend's hash): leaves the TTIR as it was; checked against the PTX headers.
+BACKEND = re.compile(r"^backend (compiler|hash) ")
+_PTX_VERSION = re.compile(r"^\.version\s+(\S+)", re.MULTILINE)
 UNEXPLAINED = ("not exposed by", "no recorded part differs")  # kdb/capture/misses.py's words for an unknown
 _LOC_PATH = re.compile(r'loc\("[^"]*"')
 _LOC_USE = re.compile(r'\s?loc\((#loc\d*|unknown|"[^"]*":\d+:\d+)\)')
@@ -62,9 +66,35 @@ def _json(done) -> object:  # noqa: ANN001 - a CompletedProcess
 
 
 def _ttir(ct, home: Path, tag: str | None, folder: str | None, kernel: str | None) -> str | None:  # noqa: ANN001
+    return _cat(ct, home, tag, folder, kernel, "ttir")
+
+
+def _cubin_head(home: Path, tag: str | None, folder: str | None, kernel: str | None) -> dict | None:
+    """The cubin's ELF header fields ptxas writes by its own version (OS/ABI, ABI version, e_flags: the CUDA
+    toolkit's cubin format), read from the stored bytes: an oracle for a 'backend compiler ptxas A → B' reason."""
+    import struct
+    import subprocess
+
     if not (tag and folder and kernel):
         return None
-    done = ct._kdb(home, "cat", tag, f"{folder}/{kernel}.ttir")
+    code = "import sys; from kdb.cli import main; sys.argv[0] = 'kdb'; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "cat", tag, f"{folder}/{kernel}.cubin"],
+        env={**os.environ, "KDB_HOME": str(home)},
+        capture_output=True,
+        timeout=300,
+        cwd="/",
+    )
+    data = done.stdout
+    if done.returncode != 0 or data[:4] != b"\x7fELF" or len(data) < 52:
+        return None
+    return {"osabi": data[7], "abi_version": data[8], "e_flags": hex(struct.unpack_from("<I", data, 48)[0])}
+
+
+def _cat(ct, home: Path, tag: str | None, folder: str | None, kernel: str | None, ext: str) -> str | None:  # noqa: ANN001
+    if not (tag and folder and kernel):
+        return None
+    done = ct._kdb(home, "cat", tag, f"{folder}/{kernel}.{ext}")
     return done.stdout if done.returncode == 0 else None
 
 
@@ -100,7 +130,7 @@ def check(entry: dict, ttir_a: str | None, ttir_b: str | None) -> dict:
         out["right"] = not any(TTIR_CHANGING.match(w) for w in named)
     elif _LOC_PATH.sub('loc("<path>"', ttir_a) == _LOC_PATH.sub('loc("<path>"', ttir_b):
         out["ttir"] = "identical but for location paths"
-        out["right"] = any(SOURCE_OR_PATH.search(w) for w in named) and not any(
+        out["right"] = any(SOURCE_OR_PATH.search(w) or BACKEND.match(w) for w in named) and not any(
             TTIR_CHANGING.match(w) and "kernel source changed" not in w for w in named
         )
     elif _without_locations(ttir_a) == _without_locations(ttir_b):
@@ -161,11 +191,20 @@ def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: A
             continue
         ttir_a = _ttir(ct, home, tag1, c["nearest_folder"], c["kernel"])
         ttir_b = _ttir(ct, home, tag2, c["folder"], c["kernel"])
-        checks.append(check(c, ttir_a, ttir_b))
+        checked = check(c, ttir_a, ttir_b)
+        if any(BACKEND.match(w) for w in c["differs"]):  # the evidence: what each run's ptxas wrote in its cubin
+            heads = [
+                _cubin_head(home, t, f, c["kernel"]) for t, f in ((tag1, c["nearest_folder"]), (tag2, c["folder"]))
+            ]
+            checked["cubin_elf_header"] = heads
+            checked["backend_evidence"] = None not in heads and heads[0] != heads[1]
+        checks.append(checked)
     result["ttir_checks"] = dict(Counter(k["ttir"] for k in checks))
     result["ttir_same_named_wrong"] = [k for k in checks if k.get("right") is False]
     result["ttir_same_named_right"] = sum(1 for k in checks if k.get("right") is True)
     result["ttir_same_examples"] = [k for k in checks if k.get("right") is True][:10]
+    result["backend_named"] = sum(1 for k in checks if "backend_evidence" in k)
+    result["backend_named_ptx_version_differs"] = sum(1 for k in checks if k.get("backend_evidence") is True)
     result["all_explained"] = (
         compiled is not None
         and not result["compiled_not_listed"]
@@ -173,7 +212,9 @@ def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: A
         and not result["unexplained"]
         and not result["first_compile_of_a_run1_kernel"]
     )
-    result["all_right"] = not result["ttir_same_named_wrong"]
+    result["all_right"] = (
+        not result["ttir_same_named_wrong"] and result["backend_named"] == result["backend_named_ptx_version_differs"]
+    )
     table = ct._kdb(home, "capture", "misses", "--tag", tag2, "--format", "markdown")
     (out / f"misses-{scenario}.md").write_text(table.stdout)
     return result

@@ -156,14 +156,18 @@ def metadata_parts(metadata: dict[str, Any], option_names: frozenset[str] | None
 
 
 # -- the running Triton: its backend's option names and hash, its own key (each once per process and target) ----------
-_backend_facts: dict[str, tuple[frozenset[str] | None, str | None]] = {}
+_backend_facts: dict[str, tuple[frozenset[str] | None, str | None, str | None]] = {}
+# What the backend's hash is made of, kept as text (NVIDIA: `ptxas --version` and the arch; AMD: the target), so a
+# changed backend hash can be said in words: which compiler version it was.
+BACKEND_TEXT_CHARS = 400
 
 
-def _backend(target_text: str | None, metadata: dict[str, Any]) -> tuple[frozenset[str] | None, str | None]:
-    if target_text in _backend_facts:
-        return _backend_facts[target_text]
+def _backend(target_text: str | None, metadata: dict[str, Any]) -> tuple[frozenset[str] | None, str | None, str | None]:
+    if str(target_text) in _backend_facts:
+        return _backend_facts[str(target_text)]
     names: frozenset[str] | None = None
     digest: str | None = None
+    text: str | None = None
     try:
         import dataclasses
 
@@ -176,11 +180,12 @@ def _backend(target_text: str | None, metadata: dict[str, Any]) -> tuple[frozens
             target = GPUTarget(*target) if isinstance(target, list | tuple) else GPUTarget(**target)
         backend = make_backend(target)
         names = frozenset(f.name for f in dataclasses.fields(backend.parse_options({})))
-        digest = _digest(str(backend.hash()))
+        text = str(backend.hash())
+        digest = _digest(text)
     except Exception:  # noqa: BLE001 - a release kdb cannot ask: its records say so
         pass
-    _backend_facts[str(target_text)] = (names, digest)
-    return names, digest
+    _backend_facts[str(target_text)] = (names, digest, text[:BACKEND_TEXT_CHARS] if text is not None else None)
+    return _backend_facts[str(target_text)]
 
 
 _triton_keys: list[str | None] = []
@@ -202,7 +207,7 @@ def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str, folder
     """One compile's record (`how`: "listener", "compile frame", "metadata"; `folder`: the cache folder's name, the
     key Triton's cache manager was made with): pure but for the running Triton."""
     meta = metadata
-    option_names, backend_hash = _backend(target_text(meta), meta)
+    option_names, backend_hash, backend_text = _backend(target_text(meta), meta)
     parts = metadata_parts(meta, option_names)
     record: dict[str, Any] = {"v": RECORD_VERSION, "time": time.time(), "pid": os.getpid()}
     record["phase"] = os.environ.get(PHASE_ENV) or None
@@ -215,6 +220,7 @@ def build_record(src: Any, metadata: dict[str, Any], hit: bool, how: str, folder
         record.update(source_parts(src))
     record["triton_key"] = _triton_key()
     record["backend_hash"] = backend_hash
+    record["backend_hash_text"] = backend_text
     if record["triton_version"] is None:  # 3.0-3.2 store no version in the metadata: the running Triton's
         record["triton_version"] = getattr(sys.modules.get("triton"), "__version__", None)
     read = _IR_PARTS if record.get("ir_source") else _SOURCE_KEY_PARTS  # an IR file's key has no line or arguments

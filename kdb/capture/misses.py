@@ -95,12 +95,32 @@ def _triton(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if None not in (old.get("triton_key"), new.get("triton_key")) and old["triton_key"] != new["triton_key"]:
         out.append(f"Triton's own sources changed ({b}: key {_short(old['triton_key'])} → {_short(new['triton_key'])})")
     if None not in (old.get("backend_hash"), new.get("backend_hash")) and old["backend_hash"] != new["backend_hash"]:
-        out.append(
-            f"backend hash {_short(old['backend_hash'])} → {_short(new['backend_hash'])} (its compiler's version)"
-        )
+        out.append(_backend_change(old, new))
     if old.get("target") != new.get("target"):
         out.append(f"target {old.get('target')} → {new.get('target')}")
     return out
+
+
+_TOOL_VERSIONS = (re.compile(r"\bV(\d+(?:\.\d+)+)"), re.compile(r"release (\d+(?:\.\d+)+)"))
+
+
+def _tool_version(text: str) -> str | None:
+    found = next((m for m in (p.search(text) for p in _TOOL_VERSIONS) if m), None)
+    return found.group(1) if found else None
+
+
+def _backend_change(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """A changed backend hash in words: the compiler version its text names (NVIDIA's is `ptxas --version`), else
+    the first line of its text that differs; records without the text give the digests."""
+    a, b = old.get("backend_hash_text"), new.get("backend_hash_text")
+    if isinstance(a, str) and isinstance(b, str):
+        va, vb = _tool_version(a), _tool_version(b)
+        if va and vb and va != vb and "ptxas" in a + b:
+            return f"backend compiler ptxas {va} → {vb}"
+        lines = [(x, y) for x, y in zip(a.splitlines(), b.splitlines(), strict=False) if x != y]
+        if lines:
+            return f"backend hash {lines[0][0][:60]!r} → {lines[0][1][:60]!r} (its compiler's version)"
+    return f"backend hash {_short(old['backend_hash'])} → {_short(new['backend_hash'])} (its compiler's version)"
 
 
 def _source(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
