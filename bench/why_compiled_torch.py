@@ -41,7 +41,7 @@ TTIR_CHANGING = re.compile(r"^(constexpr |arg \d+ (dtype|type|attributes) |kerne
 SOURCE_OR_PATH = re.compile(r"(source moved|differs? only in a path|a function it calls|kernel source changed)")
 # A later stage's compiler (ptxas, or the backend's hash): leaves the TTIR as it was; checked against the PTX headers.
 BACKEND = re.compile(r"^backend (compiler|hash) ")
-_PTX_VERSION = re.compile(r"^\.version\s+(\S+)", re.MULTILINE)
+_QUOTED_PATH = re.compile(r'"/[^"]*"')
 UNEXPLAINED = ("not exposed by", "no recorded part differs")  # kdb/capture/misses.py's words for an unknown
 _LOC_PATH = re.compile(r'loc\("[^"]*"')
 _LOC_USE = re.compile(r'\s?loc\((#loc\d*|unknown|"[^"]*":\d+:\d+)\)')
@@ -69,10 +69,9 @@ def _ttir(ct, home: Path, tag: str | None, folder: str | None, kernel: str | Non
     return _cat(ct, home, tag, folder, kernel, "ttir")
 
 
-def _cubin_head(home: Path, tag: str | None, folder: str | None, kernel: str | None) -> dict | None:
-    """The cubin's ELF header fields ptxas writes by its own version (OS/ABI, ABI version, e_flags: the CUDA
-    toolkit's cubin format), read from the stored bytes: an oracle for a 'backend compiler ptxas A → B' reason."""
-    import struct
+def _cubin(home: Path, tag: str | None, folder: str | None, kernel: str | None) -> bytes | None:
+    """The stored cubin's bytes: with the PTX equal but for paths, cubins that differ say the stage after the PTX
+    (ptxas) made other code — the oracle for a 'backend compiler ptxas A → B' reason."""
     import subprocess
 
     if not (tag and folder and kernel):
@@ -85,10 +84,7 @@ def _cubin_head(home: Path, tag: str | None, folder: str | None, kernel: str | N
         timeout=300,
         cwd="/",
     )
-    data = done.stdout
-    if done.returncode != 0 or data[:4] != b"\x7fELF" or len(data) < 52:
-        return None
-    return {"osabi": data[7], "abi_version": data[8], "e_flags": hex(struct.unpack_from("<I", data, 48)[0])}
+    return done.stdout if done.returncode == 0 and done.stdout[:4] == b"\x7fELF" else None
 
 
 def _cat(ct, home: Path, tag: str | None, folder: str | None, kernel: str | None, ext: str) -> str | None:  # noqa: ANN001
@@ -192,12 +188,14 @@ def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: A
         ttir_a = _ttir(ct, home, tag1, c["nearest_folder"], c["kernel"])
         ttir_b = _ttir(ct, home, tag2, c["folder"], c["kernel"])
         checked = check(c, ttir_a, ttir_b)
-        if any(BACKEND.match(w) for w in c["differs"]):  # the evidence: what each run's ptxas wrote in its cubin
-            heads = [
-                _cubin_head(home, t, f, c["kernel"]) for t, f in ((tag1, c["nearest_folder"]), (tag2, c["folder"]))
-            ]
-            checked["cubin_elf_header"] = heads
-            checked["backend_evidence"] = None not in heads and heads[0] != heads[1]
+        if any(BACKEND.match(w) for w in c["differs"]):  # the evidence: the stage after the PTX made other code
+            pair = ((tag1, c["nearest_folder"]), (tag2, c["folder"]))
+            ptx = [_cat(ct, home, t, f, c["kernel"], "ptx") for t, f in pair]
+            cubins = [_cubin(home, t, f, c["kernel"]) for t, f in pair]
+            same_ptx = None not in ptx and _QUOTED_PATH.sub('"<path>"', ptx[0]) == _QUOTED_PATH.sub('"<path>"', ptx[1])
+            checked["ptx_same_but_paths"] = same_ptx
+            checked["cubin_same"] = None not in cubins and cubins[0] == cubins[1]
+            checked["backend_evidence"] = same_ptx and None not in cubins and cubins[0] != cubins[1]
         checks.append(checked)
     result["ttir_checks"] = dict(Counter(k["ttir"] for k in checks))
     result["ttir_same_named_wrong"] = [k for k in checks if k.get("right") is False]
