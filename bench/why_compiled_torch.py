@@ -42,6 +42,7 @@ SOURCE_OR_PATH = re.compile(r"(source moved|differs? only in a path|a function i
 # A later stage's compiler (ptxas, or the backend's hash): leaves the TTIR as it was; checked against the PTX headers.
 BACKEND = re.compile(r"^backend (compiler|hash) ")
 _QUOTED_PATH = re.compile(r'"/[^"]*"')
+_DEBUG_BYTES = re.compile(r"^\s*\.b8\s+\d+\s*$")
 UNEXPLAINED = ("not exposed by", "no recorded part differs")  # kdb/capture/misses.py's words for an unknown
 _LOC_PATH = re.compile(r'loc\("[^"]*"')
 _LOC_USE = re.compile(r'\s?loc\((#loc\d*|unknown|"[^"]*":\d+:\d+)\)')
@@ -67,6 +68,12 @@ def _json(done) -> object:  # noqa: ANN001 - a CompletedProcess
 
 def _ttir(ct, home: Path, tag: str | None, folder: str | None, kernel: str | None) -> str | None:  # noqa: ANN001
     return _cat(ct, home, tag, folder, kernel, "ttir")
+
+
+def _ptx_but_paths(text: str) -> str:
+    """The PTX without what names the source's place: quoted paths, and the debug sections' byte data (`.b8 N`
+    lines: DWARF strings, where a run's Inductor folder name is spelled byte by byte)."""
+    return "\n".join(ln for ln in _QUOTED_PATH.sub('"<path>"', text).splitlines() if not _DEBUG_BYTES.match(ln))
 
 
 def _cubin(home: Path, tag: str | None, folder: str | None, kernel: str | None) -> bytes | None:
@@ -192,17 +199,24 @@ def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: A
             pair = ((tag1, c["nearest_folder"]), (tag2, c["folder"]))
             ptx = [_cat(ct, home, t, f, c["kernel"], "ptx") for t, f in pair]
             cubins = [_cubin(home, t, f, c["kernel"]) for t, f in pair]
-            same_ptx = None not in ptx and _QUOTED_PATH.sub('"<path>"', ptx[0]) == _QUOTED_PATH.sub('"<path>"', ptx[1])
+            same_ptx = None not in ptx and _ptx_but_paths(ptx[0]) == _ptx_but_paths(ptx[1])
             checked["ptx_same_but_paths"] = same_ptx
             checked["cubin_same"] = None not in cubins and cubins[0] == cubins[1]
             checked["backend_evidence"] = same_ptx and None not in cubins and cubins[0] != cubins[1]
+            if None not in ptx and not same_ptx:  # what else differs in the PTX (the first few lines)
+                import difflib
+
+                lines = [_QUOTED_PATH.sub('"<path>"', t).splitlines() for t in ptx]
+                changed = [d for d in difflib.unified_diff(*lines, n=0, lineterm="") if d[:1] in "+-"]
+                checked["ptx_diff"] = changed[2:14]
+            checked["ptx_missing"] = [t is None for t in ptx]
         checks.append(checked)
     result["ttir_checks"] = dict(Counter(k["ttir"] for k in checks))
     result["ttir_same_named_wrong"] = [k for k in checks if k.get("right") is False]
     result["ttir_same_named_right"] = sum(1 for k in checks if k.get("right") is True)
     result["ttir_same_examples"] = [k for k in checks if k.get("right") is True][:10]
     result["backend_named"] = sum(1 for k in checks if "backend_evidence" in k)
-    result["backend_named_ptx_version_differs"] = sum(1 for k in checks if k.get("backend_evidence") is True)
+    result["backend_named_with_evidence"] = sum(1 for k in checks if k.get("backend_evidence") is True)
     result["all_explained"] = (
         compiled is not None
         and not result["compiled_not_listed"]
@@ -211,7 +225,7 @@ def scenario_check(ct, scenario: str, work: Path, out: Path) -> dict:  # noqa: A
         and not result["first_compile_of_a_run1_kernel"]
     )
     result["all_right"] = (
-        not result["ttir_same_named_wrong"] and result["backend_named"] == result["backend_named_ptx_version_differs"]
+        not result["ttir_same_named_wrong"] and result["backend_named"] == result["backend_named_with_evidence"]
     )
     table = ct._kdb(home, "capture", "misses", "--tag", tag2, "--format", "markdown")
     (out / f"misses-{scenario}.md").write_text(table.stdout)
