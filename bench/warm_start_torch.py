@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from capture_warm import counters as _counters  # bench/ is this script's sys.path[0]
+
 MODEL = Path(__file__).resolve().parent / "capture_torch.py"  # its --model runs one scenario's two steps
 
 
@@ -40,15 +42,6 @@ def _run(scenario: str, work: Path, env: dict[str, str], name: str) -> dict:
     seconds = time.monotonic() - started
     shutil.rmtree(inductor, ignore_errors=True)
     return {"run": name, "rc": proc.returncode, "seconds": round(seconds, 3), "stderr_tail": proc.stderr[-800:]}
-
-
-def _counters(stats: Path) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for path in stats.glob("*.json"):
-        for key, value in json.loads(path.read_text()).items():
-            if isinstance(value, int) and key != "pid":
-                total[key] = total.get(key, 0) + value
-    return total
 
 
 def scenario_runs(scenario: str, work: Path, repeat: int) -> dict:
