@@ -93,7 +93,7 @@ _EXAMPLE_ROLES = _dataclasses.replace(
         headers={"VGPRs": "GRF", "scratch": "spill mem"},
     ),
 )
-BACKENDS = (*BACKENDS, Backend("xpu", "hsaco", analyze_amd, _EXAMPLE_ROLES, amd_occupancy.launch_grant))
+BACKENDS = (*BACKENDS, Backend("xpu", "hsaco", _analyze_amd, _EXAMPLE_ROLES, _amd_launch_grant))
 _ROLES = {b.name: b.roles for b in BACKENDS}
 """
 
