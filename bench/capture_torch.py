@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from capture_warm import counters  # bench/ is this script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -83,13 +85,7 @@ def _kdb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _counters(stats: Path) -> dict[str, int]:
-    total: dict[str, int] = {"processes": 0}
-    for path in stats.glob("*.json"):
-        total["processes"] += 1
-        for key, value in json.loads(path.read_text()).items():
-            if isinstance(value, int) and key != "pid":
-                total[key] = total.get(key, 0) + value
-    return total
+    return {"processes": sum(1 for _ in stats.glob("*.json")), **counters(stats)}
 
 
 def scenario_check(scenario: str, work: Path, out: Path) -> dict:
